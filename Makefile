@@ -1,0 +1,30 @@
+# Two commands: `make demo` and `make test`. Both create .venv and install on first use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+CONFIG ?= configs/tiny.yaml
+
+.PHONY: demo test install lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[all]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/mascot config validate $(CONFIG)
+	$(BIN)/mascot models build --config $(CONFIG)
+	$(BIN)/mascot sample --config $(CONFIG) --contexts 3
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check mascot tasks flows tests benchmarks
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,188 @@
+"""The `mascot` command line.
+
+    mascot config validate configs/tiny.yaml    check a config, roster or user-profile file
+    mascot data preview --config configs/tiny.yaml
+    mascot models build --config configs/tiny.yaml
+    mascot sample --config configs/tiny.yaml    K candidates per (context, persona)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from mascot.config import RunConfig, load_any, load_config
+from mascot.roster import Roster, UserProfiles
+from mascot.yamlio import ConfigError
+
+app = typer.Typer(help="MASCOT: train and evaluate multi-agent companion groups.", no_args_is_help=True,
+                  pretty_exceptions_enable=False)
+config_app = typer.Typer(help="Check configuration files.", no_args_is_help=True)
+data_app = typer.Typer(help="Inspect corpora.", no_args_is_help=True)
+models_app = typer.Typer(help="Build and locate models.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+app.add_typer(data_app, name="data")
+app.add_typer(models_app, name="models")
+
+console = Console()
+errors = Console(stderr=True)
+
+ConfigOption = Annotated[Path, typer.Option("--config", "-c", help="Run config YAML, e.g. configs/tiny.yaml.")]
+
+
+def _load(config: Path) -> RunConfig:
+    try:
+        return load_config(config)
+    except ConfigError as exc:
+        errors.print(f"[red]{config} is not valid[/red]\n{exc}", highlight=False)
+        raise typer.Exit(2) from None
+
+
+@config_app.command("validate")
+def config_validate(paths: Annotated[list[Path], typer.Argument(help="Config, roster or user-profile YAML files.")]):
+    """Validate files; print a summary of each, or every problem with its YAML path. Exit 2 on problems."""
+    failed = False
+    for path in paths:
+        try:
+            loaded = load_any(path)
+        except ConfigError as exc:
+            failed = True
+            errors.print(f"[red]{path}: {len(exc.problems)} problem(s)[/red]", highlight=False)
+            for problem in exc.problems:
+                errors.print(f"  {problem}", highlight=False, markup=False)
+            continue
+        console.print(f"[green]ok[/green] {path}", highlight=False)
+        console.print(_summary(loaded))
+    raise typer.Exit(2 if failed else 0)
+
+
+def _summary(loaded: RunConfig | Roster | UserProfiles) -> Table:
+    table = Table(show_header=False, box=None, padding=(0, 2))
+    if isinstance(loaded, Roster):
+        table.add_row("roster", f"{loaded.name} ({loaded.domain})")
+        for p in loaded.personas:
+            table.add_row(p.id, f"{p.name}: {p.role}" + ("" if p.enabled else " [dim](disabled)[/dim]"))
+        return table
+    if isinstance(loaded, UserProfiles):
+        for u in loaded.profiles:
+            table.add_row(u.id, f"{u.name} ({', '.join(u.domains)})")
+        return table
+    c = loaded
+    corpus = c.data.corpus
+    table.add_row("run", f"{c.run.name} -> {c.run_dir} (seed {c.run.seed})")
+    table.add_row("domain", f"{c.data.domain}, roster {c.data.roster.name}")
+    table.add_row("corpus", f"{corpus.source} {corpus.split} from {corpus.path or corpus.hub_name}"
+                  + (f", limit {corpus.limit}" if corpus.limit else ""))
+    for held in c.data.held_out:
+        table.add_row("held out", f"{held.source} {held.split} from {held.path or held.hub_name}")
+    table.add_row("models", ", ".join(f"{k}={v}" for k, v in c.models.model_dump().items()))
+    g = c.generation
+    table.add_row("generation", f"{g.kind} {g.model}" + (f" at {g.base_url}" if g.base_url else ""))
+    table.add_row("stage 1", f"K={c.stage1.k}, margin {c.stage1.margin}, shard size {c.stage1.shard_size}, "
+                  f"judges: {', '.join(j.label for j in c.stage1.judges)}")
+    lora = c.train.lora
+    table.add_row("training", f"LoRA r={lora.r} alpha={lora.alpha} on {', '.join(lora.target_modules)}; "
+                  f"bf16={c.train.bf16}, vLLM={c.train.use_vllm}")
+    table.add_row("tracking", f"wandb {c.tracking.wandb_mode}, project {c.tracking.wandb_project}")
+    return table
+
+
+@data_app.command("preview")
+def data_preview(
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="Preview the config's training corpus.")] = None,
+    source: Annotated[str | None, typer.Option(help="Corpus loader: empathetic_dialogues, qmsum or esconv.")] = None,
+    path: Annotated[Path | None, typer.Option(help="Corpus file or folder (with --source).")] = None,
+    split: Annotated[str, typer.Option(help="Split to read (with --source).")] = "train",
+    n: Annotated[int, typer.Option("-n", help="How many contexts to show.")] = 3,
+    seed: Annotated[int, typer.Option(help="Subsampling seed.")] = 0,
+):
+    """Show a few parsed contexts from a corpus."""
+    from mascot.data import CorpusFormatError, load_contexts
+
+    if (config is None) == (source is None):
+        errors.print("pass either --config or --source with --path")
+        raise typer.Exit(2)
+    try:
+        if config is not None:
+            corpus = _load(config).data.corpus
+            contexts = load_contexts(corpus.source, corpus.path, hub_name=corpus.hub_name, split=corpus.split,
+                                     limit=n, seed=seed, window_turns=corpus.window_turns,
+                                     window_stride=corpus.window_stride)
+        else:
+            contexts = load_contexts(source, path, split=split, limit=n, seed=seed)
+    except (CorpusFormatError, ValueError, FileNotFoundError) as exc:
+        errors.print(f"[red]{exc}[/red]", highlight=False)
+        raise typer.Exit(2) from None
+    for context in contexts:
+        tags = ", ".join(f"{k}={v}" for k, v in [("split", context.split), ("valence", context.valence),
+                                                 ("meeting", context.meeting_type)] if v)
+        lines = [f"[bold]{m.name or m.role}[/bold]: {m.content}" for m in context.history]
+        console.print(Panel("\n".join(lines), title=f"{context.id} ({tags})", title_align="left"))
+
+
+@models_app.command("build")
+def models_build(config: ConfigOption):
+    """Build (or find in the cache) the tiny offline models a config refers to, and print their folders."""
+    from mascot.train.tiny import build_tiny_models
+
+    run = _load(config)
+    if run.tiny is None:
+        console.print("this config uses no tiny models; nothing to build")
+        return
+    models = build_tiny_models(run.tiny, run.cache.root)
+    console.print(f"tiny:lm  {models.lm}\ntiny:rm  {models.rm}", highlight=False)
+
+
+@app.command("sample")
+def sample(
+    config: ConfigOption,
+    contexts: Annotated[int, typer.Option(help="How many contexts to sample for.")] = 3,
+    k: Annotated[int | None, typer.Option(help="Candidates per query (default: stage1.k).")] = None,
+    persona: Annotated[list[str] | None, typer.Option(help="Persona id(s); default: all enabled.")] = None,
+):
+    """Sample K candidate replies per (context, persona) with the configured backend and print them."""
+    from mascot.candidates import build_queries, sample_candidates
+    from mascot.data import load_contexts
+    from mascot.llm import BackendError, CachedBackend, RequestCache, make_backend
+    from mascot.roster import load_roster
+    from mascot.train.tiny import resolve_model
+
+    run = _load(config)
+    roster = load_roster(run.data.roster)
+    try:
+        personas = [roster.get(p) for p in persona] if persona else roster.active
+    except KeyError as exc:
+        errors.print(f"[red]{exc.args[0]}[/red]", highlight=False)
+        raise typer.Exit(2) from None
+    corpus = run.data.corpus
+    picked = load_contexts(corpus.source, corpus.path, hub_name=corpus.hub_name, split=corpus.split,
+                           limit=contexts, seed=run.run.seed, window_turns=corpus.window_turns,
+                           window_stride=corpus.window_stride)
+    model_path = resolve_model(run.generation.model, run)
+    cache = RequestCache(run.cache.root / "requests.sqlite")
+    backend = CachedBackend(make_backend(run.generation, model_path=model_path), cache)
+    queries = build_queries(picked, personas)
+    with console.status(f"sampling {len(queries)} queries x {k or run.stage1.k} candidates"):
+        try:
+            results = asyncio.run(sample_candidates(backend, queries, k or run.stage1.k, run.generation.params,
+                                                    run.run.seed))
+        except BackendError as exc:
+            errors.print(f"[red]{exc}[/red]", highlight=False)
+            raise typer.Exit(1) from None
+    for result in results:
+        last = result.query.context.history[-1]
+        body = f"[dim]{last.name or last.role}: {last.content}[/dim]\n" + "\n".join(
+            f"[bold]{i}[/bold]. {text or '[dim](empty)[/dim]'}" for i, text in enumerate(result.texts, 1))
+        console.print(Panel(body, title=f"{result.query.persona.name} | {result.query.context.id}", title_align="left"))
+    stats = cache.stats()
+    console.print(f"request cache {cache.path}: {stats['hits']} hits, {stats['misses']} misses", highlight=False)
+
+
+if __name__ == "__main__":
+    app()

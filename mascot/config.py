@@ -1,0 +1,270 @@
+"""Run configuration: one `RunConfig` validates a whole run from `configs/*.yaml`.
+
+Relative paths in a config are relative to the config file's folder. `samples:NAME` points at the
+sample corpora shipped inside the package (`mascot/data/samples/NAME`). Model references are
+either a Hugging Face model id or local directory (`Qwen/Qwen3-8B`, `/models/speaker`), or one of
+the tiny offline models built by `mascot.train.tiny` (`tiny:lm`, `tiny:rm`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator, model_validator
+
+from mascot.roster import Roster, UserProfiles, load_roster, load_user_profiles
+from mascot.yamlio import ConfigError, Problem, load_validated
+
+SAMPLES_DIR = Path(__file__).parent / "data" / "samples"
+TINY_MODELS = ("tiny:lm", "tiny:rm")
+CORPUS_DOMAIN = {"empathetic_dialogues": "emotional_support", "esconv": "emotional_support", "qmsum": "meetings"}
+
+RunName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)]
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def resolve_path(value: str | Path, info: ValidationInfo) -> Path:
+    """Resolve `samples:` references and paths relative to the config file's folder."""
+    text = str(value)
+    if text.startswith("samples:"):
+        return SAMPLES_DIR / text.removeprefix("samples:")
+    path = Path(text).expanduser()
+    base = (info.context or {}).get("base_dir")
+    return path if path.is_absolute() or base is None else Path(base) / path
+
+
+class RunSection(Section):
+    name: RunName = Field(description="Run name; artifacts go to <output_dir>/<name>/.")
+    seed: int = Field(default=0, ge=0, description="Seed for sampling, subsampling and training.")
+    output_dir: Path = Field(default=Path("runs"), description="Parent folder of run directories.")
+
+    _resolve = field_validator("output_dir", mode="before")(resolve_path)
+
+
+class CorpusConfig(Section):
+    source: Literal["empathetic_dialogues", "qmsum", "esconv"] = Field(description="Which corpus loader to use.")
+    path: Path | None = Field(default=None, description="Local file or folder in the corpus's release format.")
+    hub_name: str | None = Field(default=None, description="Hugging Face dataset name (needs network access).")
+    split: Literal["train", "validation", "test"] = Field(default="train", description="Corpus split to read.")
+    limit: int | None = Field(default=None, ge=1, description="Keep at most this many contexts (seeded subsample).")
+    window_turns: int = Field(default=16, ge=2, description="QMSum: turns per meeting window.")
+    window_stride: int | None = Field(default=None, ge=1, description="QMSum: window stride (default: no overlap).")
+
+    _resolve = field_validator("path", mode="before")(resolve_path)
+
+    @model_validator(mode="after")
+    def _one_location(self) -> CorpusConfig:
+        if (self.path is None) == (self.hub_name is None):
+            raise ValueError("set exactly one of 'path' (local files) or 'hub_name' (Hugging Face dataset)")
+        return self
+
+
+class DataConfig(Section):
+    domain: Literal["emotional_support", "meetings"] = Field(description="Which companion domain this run trains.")
+    roster: Path = Field(description="Roster YAML with the personas.")
+    users: Path | None = Field(default=None, description="Simulated-user profiles YAML (Stage 2).")
+    corpus: CorpusConfig = Field(description="Training contexts.")
+    held_out: list[CorpusConfig] = Field(default_factory=list, description="Evaluation-only corpora.")
+
+    _resolve = field_validator("roster", "users", mode="before")(resolve_path)
+
+
+class SamplingParams(Section):
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0, description="Sampling temperature.")
+    top_p: float = Field(default=0.95, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    max_new_tokens: int = Field(default=256, ge=1, le=32768, description="Longest reply, in tokens.")
+    stop: list[str] = Field(default_factory=list, description="Extra stop strings.")
+
+
+class BackendConfig(Section):
+    kind: Literal["transformers", "openai"] = Field(description="In-process transformers or an OpenAI-compatible server.")
+    model: str = Field(min_length=1, description="Model id or path; for servers, the served model name.")
+    adapter: Path | None = Field(default=None, description="PEFT adapter folder (transformers backend).")
+    base_url: str | None = Field(default=None, description="Server URL ending in /v1 (openai backend).")
+    api_key_env: str = Field(default="OPENAI_API_KEY", description="Environment variable holding the API key.")
+    max_concurrency: int = Field(default=16, ge=1, description="Requests in flight at once.")
+    timeout_s: float = Field(default=120.0, gt=0, description="Per-request timeout in seconds.")
+    max_retries: int = Field(default=4, ge=0, description="Retries with exponential backoff per request.")
+    device: str = Field(default="auto", description="transformers backend: 'auto', 'cpu', 'cuda', 'cuda:1'...")
+    params: SamplingParams = Field(default_factory=SamplingParams, description="Default sampling parameters.")
+
+    _resolve = field_validator("adapter", mode="before")(resolve_path)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("expected an http:// or https:// URL such as http://127.0.0.1:8000/v1")
+        return value
+
+    @model_validator(mode="after")
+    def _fields_fit_kind(self) -> BackendConfig:
+        if self.kind == "transformers" and self.base_url is not None:
+            raise ValueError("'base_url' is only used with kind: openai")
+        if self.kind == "openai" and self.adapter is not None:
+            raise ValueError("'adapter' is only used with kind: transformers; serve adapters with vLLM --lora-modules")
+        return self
+
+
+class JudgeConfig(Section):
+    kind: Literal["heuristic", "openai", "anthropic", "google"] = Field(description="Judge implementation.")
+    name: str | None = Field(default=None, description="Label in artifacts (default: the model or 'heuristic').")
+    model: str | None = Field(default=None, description="Judge model (LLM judges only).")
+    base_url: str | None = Field(default=None, description="OpenAI-compatible server URL (openai judges).")
+    api_key_env: str | None = Field(default=None, description="Environment variable holding the API key.")
+
+    @model_validator(mode="after")
+    def _model_for_llm_judges(self) -> JudgeConfig:
+        if self.kind != "heuristic" and not self.model:
+            raise ValueError(f"a '{self.kind}' judge needs 'model'")
+        if self.kind == "heuristic" and self.model:
+            raise ValueError("the heuristic judge takes no 'model'")
+        return self
+
+    @property
+    def label(self) -> str:
+        return self.name or self.model or self.kind
+
+
+class Stage1Config(Section):
+    k: int = Field(default=8, ge=2, description="Candidates sampled per (context, persona) query.")
+    margin: float = Field(default=0.5, ge=0.0, description="Minimum overall-score gap for a preference pair.")
+    shard_size: int = Field(default=32, ge=1, description="Queries per cached sampling/judging shard.")
+    max_pairs_per_query: int | None = Field(default=None, ge=1, description="Optional cap on pairs per query.")
+    judges: list[JudgeConfig] = Field(min_length=1, description="Judge panel scoring every candidate.")
+
+
+class LoraConfig(Section):
+    r: int = Field(default=16, ge=1, description="LoRA rank.")
+    alpha: int = Field(default=32, ge=1, description="LoRA scaling numerator.")
+    dropout: float = Field(default=0.05, ge=0.0, lt=1.0, description="LoRA dropout.")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1,
+        description="Module names that get adapters.",
+    )
+
+
+class TrainConfig(Section):
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="Adapter for the Speaker and Director.")
+    bf16: bool = Field(default=False, description="Train in bfloat16 (GPU).")
+    use_vllm: bool = Field(default=False, description="GRPO generation through vLLM (GPU, `serve` extra).")
+    vllm_mode: Literal["colocate", "server"] = Field(default="colocate", description="TRL vLLM mode.")
+
+
+class TinyModelSpec(Section):
+    """Shape of the locally built tiny Qwen3 models (offline profile and tests)."""
+
+    vocab_size: int = Field(default=2048, ge=300, le=65536, description="BPE vocabulary size to train.")
+    hidden_size: int = Field(default=64, ge=8, description="Hidden width.")
+    intermediate_size: int = Field(default=192, ge=8, description="MLP width.")
+    num_hidden_layers: int = Field(default=2, ge=1, description="Decoder layers.")
+    num_attention_heads: int = Field(default=4, ge=1, description="Query heads.")
+    num_key_value_heads: int = Field(default=2, ge=1, description="Key/value heads (grouped-query attention).")
+    max_position_embeddings: int = Field(default=2048, ge=64, description="Longest sequence.")
+    warm_start_steps: int = Field(default=300, ge=0, description="Language-model steps on the sample dialogues.")
+    seed: int = Field(default=0, ge=0, description="Seed for tokenizer-independent randomness and weights.")
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> TinyModelSpec:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError("hidden_size must be divisible by num_attention_heads")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("num_attention_heads must be divisible by num_key_value_heads")
+        return self
+
+
+class ModelsConfig(Section):
+    speaker: str = Field(description="Speaker policy base model.")
+    director: str = Field(description="Director policy base model.")
+    persona_rm: str = Field(description="Base of the persona reward model.")
+    group_rm: str = Field(description="Base of the group reward model.")
+
+
+class TrackingConfig(Section):
+    wandb_project: str = Field(default="mascot", description="wandb project name.")
+    wandb_mode: Literal["online", "offline", "disabled"] = Field(default="offline", description="wandb mode.")
+
+
+class CacheConfig(Section):
+    dir: Path | None = Field(default=None, description="Request and model cache (default $MASCOT_CACHE_DIR or ~/.cache/mascot).")
+
+    _resolve = field_validator("dir", mode="before")(resolve_path)
+
+    @property
+    def root(self) -> Path:
+        return self.dir or Path(os.environ.get("MASCOT_CACHE_DIR", "~/.cache/mascot")).expanduser()
+
+
+class RunConfig(Section):
+    run: RunSection
+    data: DataConfig
+    models: ModelsConfig
+    generation: BackendConfig = Field(description="Backend that samples Speaker candidates.")
+    stage1: Stage1Config
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    tiny: TinyModelSpec | None = Field(default=None, description="Needed when any model is 'tiny:lm' or 'tiny:rm'.")
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    cache: CacheConfig = Field(default_factory=CacheConfig)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RunConfig:
+        refs = [*self.models.model_dump().values(), self.generation.model]
+        unknown = [r for r in refs if r.startswith("tiny:") and r not in TINY_MODELS]
+        if unknown:
+            raise ValueError(f"unknown tiny model {unknown[0]!r}; expected one of {', '.join(TINY_MODELS)}")
+        if self.tiny is None and any(r in TINY_MODELS for r in refs):
+            raise ValueError("models refer to tiny:lm/tiny:rm, so a 'tiny' section is required")
+        for corpus in [self.data.corpus, *self.data.held_out]:
+            if CORPUS_DOMAIN[corpus.source] != self.data.domain:
+                raise ValueError(f"corpus '{corpus.source}' belongs to domain '{CORPUS_DOMAIN[corpus.source]}', "
+                                 f"but data.domain is '{self.data.domain}'")
+        return self
+
+    @property
+    def run_dir(self) -> Path:
+        return self.run.output_dir / self.run.name
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Validate a run config and the files it points at; raise ConfigError listing every problem."""
+    path = Path(path)
+    config = load_validated(path, RunConfig, context={"base_dir": path.resolve().parent})
+    problems: list[Problem] = []
+    roster = _collect(problems, load_roster, config.data.roster)
+    if roster is not None and roster.domain != config.data.domain:
+        problems.append(Problem(str(config.data.roster), None, "domain",
+                                f"roster is for '{roster.domain}' but the config's data.domain is '{config.data.domain}'"))
+    if config.data.users is not None:
+        _collect(problems, load_user_profiles, config.data.users)
+    for where, corpus in [("data.corpus", config.data.corpus),
+                          *((f"data.held_out[{i}]", c) for i, c in enumerate(config.data.held_out))]:
+        if corpus.path is not None and not corpus.path.exists():
+            problems.append(Problem(str(path), None, f"{where}.path", f"no such file or folder: {corpus.path}"))
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def _collect(problems: list[Problem], loader, target: Path):
+    try:
+        return loader(target)
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+        return None
+
+
+def load_any(path: str | Path) -> RunConfig | Roster | UserProfiles:
+    """Validate a run config, roster or user-profile file, telling which by its top-level keys."""
+    from mascot.yamlio import read_yaml
+
+    data, _ = read_yaml(path)
+    if isinstance(data, dict) and "personas" in data:
+        return load_roster(path)
+    if isinstance(data, dict) and "profiles" in data:
+        return load_user_profiles(path)
+    return load_config(path)

@@ -1,0 +1,196 @@
+"""Tiny Qwen3-architecture models built offline, for the `tiny` profile and the tests.
+
+Nothing is downloaded. The builder trains a byte-level BPE tokenizer with a Qwen-style chat
+template on text the project ships (sample dialogues, rosters, prompt templates), creates a small
+`Qwen3ForCausalLM`, warm-starts it briefly on the training-split sample dialogues so that it
+samples word-like text, and derives a `Qwen3ForSequenceClassification` reward model from it (as
+the paper derives its reward models from Qwen3-0.6B). Held-out corpora are never used.
+
+The result is deterministic for a spec and cached under `<cache>/tiny-models/<input hash>/`; it
+is rebuilt only when the spec, the shipped text, this file or the torch/transformers versions
+change. Both directories are ordinary Hugging Face model folders loaded by `from_pretrained`, so
+the code that loads them is the code that loads `Qwen/Qwen3-8B` on a GPU machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from mascot.config import SAMPLES_DIR, TINY_MODELS, RunConfig, TinyModelSpec
+from mascot.data import load_contexts
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+PAD, EOS = "<|endoftext|>", "<|im_end|>"
+# Qwen's ChatML layout without tool calling, which the tiny models never see.
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+# Training-split sample corpora only; ESConv is the held-out out-of-domain set.
+WARM_START_CORPORA = [("empathetic_dialogues", "empathetic_dialogues"), ("qmsum", "qmsum")]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+SHIPPED_TEXT_GLOBS = [(SAMPLES_DIR, "**/*"), (Path(__file__).parents[1] / "prompts", "*.j2"),
+                      (PROJECT_ROOT / "configs" / "rosters", "*.yaml")]
+
+
+@dataclass(frozen=True)
+class TinyModels:
+    lm: Path
+    rm: Path
+
+    def path_for(self, ref: str) -> Path:
+        return {"tiny:lm": self.lm, "tiny:rm": self.rm}[ref]
+
+
+def _require_torch():
+    try:
+        import torch
+    except ImportError as exc:
+        raise ImportError("building tiny models needs torch: pip install 'mascot[train]'") from exc
+    return torch
+
+
+def _shipped_files() -> list[Path]:
+    return sorted(p for root, pattern in SHIPPED_TEXT_GLOBS for p in root.glob(pattern) if p.is_file())
+
+
+def input_hash(spec: TinyModelSpec) -> str:
+    """Hash of everything the build depends on; a change to any of it means a rebuild."""
+    import torch
+    import transformers
+
+    digest = hashlib.sha256()
+    digest.update(spec.model_dump_json().encode())
+    digest.update(Path(__file__).read_bytes())
+    digest.update(f"torch={torch.__version__} transformers={transformers.__version__}".encode())
+    for path in _shipped_files():
+        digest.update(str(path.relative_to(PROJECT_ROOT if path.is_relative_to(PROJECT_ROOT) else path.anchor)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def build_tiny_models(spec: TinyModelSpec, cache_root: str | Path, progress: bool = True) -> TinyModels:
+    """Return the cached tiny models for `spec`, building them first if needed."""
+    _require_torch()
+    target = Path(cache_root) / "tiny-models" / input_hash(spec)
+    models = TinyModels(lm=target / "lm", rm=target / "rm")
+    if (target / "complete").exists():
+        return models
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        _build(spec, staging, progress)
+        (staging / "complete").write_text(spec.model_dump_json(indent=2))
+        try:
+            os.rename(staging, target)  # atomic: readers see a whole build or none
+        except OSError:
+            if not (target / "complete").exists():  # another process did not win the race
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return models
+
+
+def resolve_model(ref: str, config: RunConfig, progress: bool = True) -> str:
+    """Map a config model reference to something `from_pretrained` accepts."""
+    if ref in TINY_MODELS:
+        assert config.tiny is not None  # RunConfig validation guarantees it
+        return str(build_tiny_models(config.tiny, config.cache.root, progress).path_for(ref))
+    return ref
+
+
+def _training_dialogues() -> list[list[dict]]:
+    dialogues = []
+    for source, folder in WARM_START_CORPORA:
+        for context in load_contexts(source, SAMPLES_DIR / folder, split="train"):
+            messages = [m.model_dump(include={"role", "content"}) for m in context.history]
+            if context.domain == "meetings":  # a meeting is one long user turn of "Speaker: text" lines
+                transcript = "\n".join(f"{m.name}: {m.content}" for m in context.history)
+                messages = [{"role": "user", "content": transcript}]
+            dialogues.append(messages)
+    return dialogues
+
+
+def _build_tokenizer(spec: TinyModelSpec, dialogues: list[list[dict]]):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    texts = [m["content"] for d in dialogues for m in d]
+    texts += [p.read_text(encoding="utf-8", errors="replace") for p in _shipped_files() if p.suffix in {".yaml", ".j2"}]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=spec.vocab_size, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    bpe.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token=EOS, pad_token=PAD, chat_template=CHAT_TEMPLATE,
+                                   model_max_length=spec.max_position_embeddings)
+
+
+def _build(spec: TinyModelSpec, out: Path, progress: bool) -> None:
+    torch = _require_torch()
+    from transformers import AutoModelForSequenceClassification, GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(spec.seed)
+    dialogues = _training_dialogues()
+    tokenizer = _build_tokenizer(spec, dialogues)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer), hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_hidden_layers, num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads, head_dim=spec.hidden_size // spec.num_attention_heads,
+        max_position_embeddings=spec.max_position_embeddings, tie_word_embeddings=True,
+        bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    model = Qwen3ForCausalLM(config)
+    _warm_start(model, tokenizer, dialogues, spec, progress)
+    model.generation_config = GenerationConfig(
+        do_sample=True, temperature=1.0, top_p=0.95, max_new_tokens=64,
+        eos_token_id=[tokenizer.eos_token_id, tokenizer.pad_token_id], pad_token_id=tokenizer.pad_token_id,
+    )
+    model.save_pretrained(out / "lm")
+    tokenizer.save_pretrained(out / "lm")
+
+    torch.manual_seed(spec.seed + 1)  # the reward head is freshly initialised, reproducibly
+    reward_model = AutoModelForSequenceClassification.from_pretrained(out / "lm", num_labels=1)
+    reward_model.config.pad_token_id = tokenizer.pad_token_id
+    reward_model.save_pretrained(out / "rm")
+    tokenizer.save_pretrained(out / "rm")
+
+
+def _warm_start(model, tokenizer, dialogues: list[list[dict]], spec: TinyModelSpec, progress: bool) -> None:
+    """A few hundred language-model steps so samples are word-like rather than noise."""
+    import torch
+    from rich.progress import Progress
+
+    if spec.warm_start_steps == 0:
+        return
+    max_len = min(256, spec.max_position_embeddings)
+    sequences = [torch.tensor(tokenizer.apply_chat_template(d, tokenize=True, return_dict=False)[:max_len])
+                 for d in dialogues]
+    generator = torch.Generator().manual_seed(spec.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=3e-3, total_steps=spec.warm_start_steps)
+    model.train()
+    with Progress(disable=not progress, transient=True) as bar:
+        task = bar.add_task("warm-starting tiny LM", total=spec.warm_start_steps)
+        for _ in range(spec.warm_start_steps):
+            batch_ids = torch.randperm(len(sequences), generator=generator)[:8].tolist()
+            batch = torch.nn.utils.rnn.pad_sequence([sequences[i] for i in batch_ids], batch_first=True,
+                                                    padding_value=tokenizer.pad_token_id)
+            attention = (batch != tokenizer.pad_token_id).long()
+            labels = batch.masked_fill(attention == 0, -100)
+            loss = model(input_ids=batch, attention_mask=attention, labels=labels).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad(set_to_none=True)
+            bar.update(task, advance=1, description=f"warm-starting tiny LM (loss {loss.item():.2f})")
+    model.eval()

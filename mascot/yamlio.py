@@ -1,0 +1,164 @@
+"""YAML loading with errors that point at the file, the line and the YAML path.
+
+Every YAML file the project reads (run configs, rosters, user profiles) goes through
+`load_validated`, so a typo anywhere is reported the same way: where it is, what was found and
+what was expected.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str
+    line: int | None
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{where}: {self.path or '<top level>'}: {self.message}"
+
+
+class ConfigError(ValueError):
+    """One or more problems in YAML files. `str()` lists every one of them."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        noun = "problem" if len(problems) == 1 else "problems"
+        super().__init__(f"{len(problems)} {noun}:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+def read_yaml(path: str | Path) -> tuple[Any, yaml.Node | None]:
+    """Parse a YAML file into Python data plus its node tree (for line numbers)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError([Problem(str(path), None, "", "file not found")])
+    text = path.read_text(encoding="utf-8")
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark else None
+        reason = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError([Problem(str(path), line, "", f"invalid YAML: {reason}")]) from None
+    if node is not None:
+        duplicates = list(_duplicate_keys(node, ()))
+        if duplicates:
+            raise ConfigError([Problem(str(path), line, _dotted(loc), "key appears more than once")
+                               for loc, line in duplicates])
+    return data, node
+
+
+def load_validated(path: str | Path, model: type[M], context: dict[str, Any] | None = None) -> M:
+    """Read `path` and validate it as `model`, raising ConfigError with every problem found."""
+    data, node = read_yaml(path)
+    if data is None:
+        raise ConfigError([Problem(str(path), None, "", f"file is empty; expected a {model.__name__} mapping")])
+    if not isinstance(data, dict):
+        raise ConfigError([Problem(str(path), 1, "", f"expected a mapping at the top, got {type(data).__name__}")])
+    try:
+        return model.model_validate(data, context=context)
+    except ValidationError as exc:
+        raise ConfigError([_problem(str(path), node, err, model) for err in exc.errors()]) from None
+
+
+def _problem(file: str, node: yaml.Node | None, err: dict, model: type[BaseModel]) -> Problem:
+    loc = tuple(part for part in err["loc"] if not _is_internal_loc(part))
+    line = _line_of(node, loc)
+    kind, message = err["type"], err["msg"]
+    if kind == "missing":
+        message = "missing required field"
+    elif kind == "extra_forbidden":
+        known = _field_names(model, loc[:-1])
+        guess = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        hint = f"did you mean '{guess[0]}'? " if guess else ""
+        message = f"unknown field; {hint}expected one of: {', '.join(sorted(known))}"
+    else:
+        message = message.replace("Input should be", "expected").replace("Value error, ", "")
+        message = f"{message}; got {_short(err.get('input'))}"
+    return Problem(file, line, _dotted(loc), message)
+
+
+def _is_internal_loc(part: Any) -> bool:
+    # Tagged unions add the tag value to `loc`; it is not part of the YAML path.
+    return isinstance(part, str) and part.startswith(("function-", "tagged-union"))
+
+
+def _field_names(model: type[BaseModel], loc: tuple) -> list[str]:
+    """Field names of the sub-model at `loc`, for 'did you mean' hints."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        current = _model_in(field.annotation)
+    return list(getattr(current, "model_fields", {}))
+
+
+def _model_in(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _line_of(node: yaml.Node | None, loc: tuple) -> int | None:
+    """1-based line of the deepest node along `loc` that exists in the file."""
+    if node is None:
+        return None
+    line = node.start_mark.line + 1
+    for part in loc:
+        child = None
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if key.value == str(part):
+                    child = key if part == loc[-1] and not isinstance(value, yaml.CollectionNode) else value
+                    break
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            child = node.value[part]
+        if child is None:
+            break
+        node, line = child, child.start_mark.line + 1
+    return line
+
+
+def _duplicate_keys(node: yaml.Node, loc: tuple):
+    if isinstance(node, yaml.MappingNode):
+        seen = set()
+        for key, value in node.value:
+            if key.value in seen:
+                yield (*loc, key.value), key.start_mark.line + 1
+            seen.add(key.value)
+            yield from _duplicate_keys(value, (*loc, key.value))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            yield from _duplicate_keys(item, (*loc, i))
+
+
+def _dotted(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
