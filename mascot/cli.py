@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
@@ -30,8 +31,8 @@ app.add_typer(config_app, name="config")
 app.add_typer(data_app, name="data")
 app.add_typer(models_app, name="models")
 
-console = Console()
-errors = Console(stderr=True)
+console = Console(emoji=False)  # corpus ids such as "ed:train:..." must not turn into emoji
+errors = Console(stderr=True, soft_wrap=True, emoji=False)  # never wrap error lines: they are grepped and copied
 
 ConfigOption = Annotated[Path, typer.Option("--config", "-c", help="Run config YAML, e.g. configs/tiny.yaml.")]
 
@@ -98,7 +99,7 @@ def data_preview(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Preview the config's training corpus.")] = None,
     source: Annotated[str | None, typer.Option(help="Corpus loader: empathetic_dialogues, qmsum or esconv.")] = None,
     path: Annotated[Path | None, typer.Option(help="Corpus file or folder (with --source).")] = None,
-    split: Annotated[str, typer.Option(help="Split to read (with --source).")] = "train",
+    split: Annotated[str | None, typer.Option(help="Split to read (with --source; default: the corpus's usual one).")] = None,
     n: Annotated[int, typer.Option("-n", help="How many contexts to show.")] = 3,
     seed: Annotated[int, typer.Option(help="Subsampling seed.")] = 0,
 ):
@@ -122,8 +123,8 @@ def data_preview(
     for context in contexts:
         tags = ", ".join(f"{k}={v}" for k, v in [("split", context.split), ("valence", context.valence),
                                                  ("meeting", context.meeting_type)] if v)
-        lines = [f"[bold]{m.name or m.role}[/bold]: {m.content}" for m in context.history]
-        console.print(Panel("\n".join(lines), title=f"{context.id} ({tags})", title_align="left"))
+        lines = [f"[bold]{escape(m.name or m.role)}[/bold]: {escape(m.content)}" for m in context.history]
+        console.print(Panel("\n".join(lines), title=escape(f"{context.id} ({tags})"), title_align="left"))
 
 
 @models_app.command("build")
@@ -177,9 +178,10 @@ def sample(
             raise typer.Exit(1) from None
     for result in results:
         last = result.query.context.history[-1]
-        body = f"[dim]{last.name or last.role}: {last.content}[/dim]\n" + "\n".join(
-            f"[bold]{i}[/bold]. {text or '[dim](empty)[/dim]'}" for i, text in enumerate(result.texts, 1))
-        console.print(Panel(body, title=f"{result.query.persona.name} | {result.query.context.id}", title_align="left"))
+        body = f"[dim]{escape(last.name or last.role)}: {escape(last.content)}[/dim]\n" + "\n".join(
+            f"[bold]{i}[/bold]. {escape(text) or '[dim](empty)[/dim]'}" for i, text in enumerate(result.texts, 1))
+        title = escape(f"{result.query.persona.name} | {result.query.context.id}")
+        console.print(Panel(body, title=title, title_align="left"))
     stats = cache.stats()
     console.print(f"request cache {cache.path}: {stats['hits']} hits, {stats['misses']} misses", highlight=False)
 

@@ -12,7 +12,15 @@ import os
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from mascot.roster import Roster, UserProfiles, load_roster, load_user_profiles
 from mascot.yamlio import ConfigError, Problem, load_validated
@@ -35,7 +43,7 @@ def resolve_path(value: str | Path, info: ValidationInfo) -> Path:
         return SAMPLES_DIR / text.removeprefix("samples:")
     path = Path(text).expanduser()
     base = (info.context or {}).get("base_dir")
-    return path if path.is_absolute() or base is None else Path(base) / path
+    return path if path.is_absolute() or base is None else Path(os.path.normpath(Path(base) / path))
 
 
 class RunSection(Section):
@@ -167,7 +175,7 @@ class TinyModelSpec(Section):
     num_key_value_heads: int = Field(default=2, ge=1, description="Key/value heads (grouped-query attention).")
     max_position_embeddings: int = Field(default=2048, ge=64, description="Longest sequence.")
     warm_start_steps: int = Field(default=300, ge=0, description="Language-model steps on the sample dialogues.")
-    seed: int = Field(default=0, ge=0, description="Seed for tokenizer-independent randomness and weights.")
+    seed: int = Field(default=0, ge=0, description="Seed for weight initialisation and the warm-start batch order.")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> TinyModelSpec:

@@ -18,6 +18,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,7 +87,8 @@ def build_tiny_models(spec: TinyModelSpec, cache_root: str | Path, progress: boo
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        _build(spec, staging, progress)
+        with _quiet_transformers():
+            _build(spec, staging, progress)
         (staging / "complete").write_text(spec.model_dump_json(indent=2))
         try:
             os.rename(staging, target)  # atomic: readers see a whole build or none
@@ -96,6 +98,21 @@ def build_tiny_models(spec: TinyModelSpec, cache_root: str | Path, progress: boo
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return models
+
+
+@contextmanager
+def _quiet_transformers():
+    """The build's own progress bar is enough; hide load reports and shard-writing bars."""
+    from transformers.utils import logging
+
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(verbosity)
+        logging.enable_progress_bar()
 
 
 def resolve_model(ref: str, config: RunConfig, progress: bool = True) -> str:
@@ -136,7 +153,12 @@ def _build_tokenizer(spec: TinyModelSpec, dialogues: list[list[dict]]):
 
 def _build(spec: TinyModelSpec, out: Path, progress: bool) -> None:
     torch = _require_torch()
-    from transformers import AutoModelForSequenceClassification, GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+    from transformers import (
+        AutoModelForSequenceClassification,
+        GenerationConfig,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
 
     torch.manual_seed(spec.seed)
     dialogues = _training_dialogues()
