@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from mascot.config import RunConfig, load_any, load_config
 from mascot.roster import Roster, UserProfiles
@@ -124,7 +125,7 @@ def data_preview(
         tags = ", ".join(f"{k}={v}" for k, v in [("split", context.split), ("valence", context.valence),
                                                  ("meeting", context.meeting_type)] if v)
         lines = [f"[bold]{escape(m.name or m.role)}[/bold]: {escape(m.content)}" for m in context.history]
-        console.print(Panel("\n".join(lines), title=escape(f"{context.id} ({tags})"), title_align="left"))
+        console.print(Panel("\n".join(lines), title=Text(f"{context.id} ({tags})"), title_align="left"))
 
 
 @models_app.command("build")
@@ -180,10 +181,11 @@ def sample(
         last = result.query.context.history[-1]
         body = f"[dim]{escape(last.name or last.role)}: {escape(last.content)}[/dim]\n" + "\n".join(
             f"[bold]{i}[/bold]. {escape(text) or '[dim](empty)[/dim]'}" for i, text in enumerate(result.texts, 1))
-        title = escape(f"{result.query.persona.name} | {result.query.context.id}")
+        title = Text(f"{result.query.persona.name} | {result.query.context.id}")
         console.print(Panel(body, title=title, title_align="left"))
     stats = cache.stats()
-    console.print(f"request cache {cache.path}: {stats['hits']} hits, {stats['misses']} misses", highlight=False)
+    console.print(f"request cache {cache.path}: {stats.hits} hits, {stats.misses} misses", highlight=False,
+                  soft_wrap=True)
 
 
 if __name__ == "__main__":

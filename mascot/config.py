@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -87,6 +87,9 @@ class SamplingParams(Section):
     top_p: float = Field(default=0.95, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     max_new_tokens: int = Field(default=256, ge=1, le=32768, description="Longest reply, in tokens.")
     stop: list[str] = Field(default_factory=list, description="Extra stop strings.")
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Chat-template variables, e.g. {enable_thinking: false} for Qwen3."
+    )
 
 
 class BackendConfig(Section):

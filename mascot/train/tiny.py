@@ -18,12 +18,14 @@ import hashlib
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from mascot.config import SAMPLES_DIR, TINY_MODELS, RunConfig, TinyModelSpec
 from mascot.data import load_contexts
+from mascot.llm.transformers_backend import quiet_transformers
+from mascot.prompts import TEMPLATES_DIR, speaker_messages
+from mascot.roster import load_roster
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 PAD, EOS = "<|endoftext|>", "<|im_end|>"
@@ -37,8 +39,8 @@ CHAT_TEMPLATE = (
 # Training-split sample corpora only; ESConv is the held-out out-of-domain set.
 WARM_START_CORPORA = [("empathetic_dialogues", "empathetic_dialogues"), ("qmsum", "qmsum")]
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-SHIPPED_TEXT_GLOBS = [(SAMPLES_DIR, "**/*"), (Path(__file__).parents[1] / "prompts", "*.j2"),
-                      (PROJECT_ROOT / "configs" / "rosters", "*.yaml")]
+ROSTERS_DIR = PROJECT_ROOT / "configs" / "rosters"
+SHIPPED_TEXT_GLOBS = [(SAMPLES_DIR, "**/*"), (TEMPLATES_DIR, "*.j2"), (ROSTERS_DIR, "*.yaml")]
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,7 @@ def build_tiny_models(spec: TinyModelSpec, cache_root: str | Path, progress: boo
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        with _quiet_transformers():
+        with quiet_transformers():
             _build(spec, staging, progress)
         (staging / "complete").write_text(spec.model_dump_json(indent=2))
         try:
@@ -100,21 +102,6 @@ def build_tiny_models(spec: TinyModelSpec, cache_root: str | Path, progress: boo
     return models
 
 
-@contextmanager
-def _quiet_transformers():
-    """The build's own progress bar is enough; hide load reports and shard-writing bars."""
-    from transformers.utils import logging
-
-    verbosity = logging.get_verbosity()
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        logging.set_verbosity(verbosity)
-        logging.enable_progress_bar()
-
-
 def resolve_model(ref: str, config: RunConfig, progress: bool = True) -> str:
     """Map a config model reference to something `from_pretrained` accepts."""
     if ref in TINY_MODELS:
@@ -124,14 +111,28 @@ def resolve_model(ref: str, config: RunConfig, progress: bool = True) -> str:
 
 
 def _training_dialogues() -> list[list[dict]]:
+    """Stage 1-shaped examples: a persona's speaker prompt, the context, then a real next turn.
+
+    Empathetic Dialogues contexts are answered by the listener turn that followed them; a meeting
+    window is answered by its own last turn. Personas take turns in roster order, so the tiny model
+    sees every persona prompt and learns which domain's register follows which prompt.
+    """
+    rosters = {roster.domain: roster.active for roster in map(load_roster, sorted(ROSTERS_DIR.glob("*.yaml")))}
+    missing = {"emotional_support", "meetings"} - set(rosters)
+    if missing:
+        raise FileNotFoundError(f"tiny models are built from the rosters in {ROSTERS_DIR}, which lacks a roster "
+                                f"for {sorted(missing)}; run from a clone of the repository")
     dialogues = []
     for source, folder in WARM_START_CORPORA:
-        for context in load_contexts(source, SAMPLES_DIR / folder, split="train"):
-            messages = [m.model_dump(include={"role", "content"}) for m in context.history]
-            if context.domain == "meetings":  # a meeting is one long user turn of "Speaker: text" lines
-                transcript = "\n".join(f"{m.name}: {m.content}" for m in context.history)
-                messages = [{"role": "user", "content": transcript}]
-            dialogues.append(messages)
+        for index, context in enumerate(load_contexts(source, SAMPLES_DIR / folder, split="train")):
+            personas = rosters[context.domain]
+            history, reply = context.history, context.metadata.get("reference_response")
+            if reply is None:
+                history, reply = history[:-1], history[-1].content
+            if not history:
+                continue
+            prompt = speaker_messages(personas[index % len(personas)], context.model_copy(update={"history": history}))
+            dialogues.append([*prompt, {"role": "assistant", "content": reply}])
     return dialogues
 
 
@@ -174,7 +175,9 @@ def _build(spec: TinyModelSpec, out: Path, progress: bool) -> None:
     _warm_start(model, tokenizer, dialogues, spec, progress)
     model.generation_config = GenerationConfig(
         do_sample=True, temperature=1.0, top_p=0.95, max_new_tokens=64,
-        eos_token_id=[tokenizer.eos_token_id, tokenizer.pad_token_id], pad_token_id=tokenizer.pad_token_id,
+        # A reply ends at <|im_end|>; an undertrained model may instead open a new turn, which also ends it.
+        eos_token_id=[tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.convert_tokens_to_ids("<|im_start|>")],
+        pad_token_id=tokenizer.pad_token_id,
     )
     model.save_pretrained(out / "lm")
     tokenizer.save_pretrained(out / "lm")
@@ -193,8 +196,9 @@ def _warm_start(model, tokenizer, dialogues: list[list[dict]], spec: TinyModelSp
 
     if spec.warm_start_steps == 0:
         return
-    max_len = min(256, spec.max_position_embeddings)
-    sequences = [torch.tensor(tokenizer.apply_chat_template(d, tokenize=True, return_dict=False)[:max_len])
+    max_len = min(320, spec.max_position_embeddings)
+    # Cut from the left: the reply at the end is what the model must learn to produce.
+    sequences = [torch.tensor(tokenizer.apply_chat_template(d, tokenize=True, return_dict=False)[-max_len:])
                  for d in dialogues]
     generator = torch.Generator().manual_seed(spec.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)

@@ -1,0 +1,50 @@
+"""LLM backends behind one async interface, and the on-disk request cache under both.
+
+    backend = make_backend(config.generation, cache=RequestCache(cache_root / "requests.sqlite"))
+    texts = await backend.generate(messages, n=8, params=config.generation.params, seed=0)
+
+The backend modules import lazily, so importing this package needs neither torch nor a server.
+"""
+
+from mascot.llm.base import (
+    BackendError,
+    BackendRequestError,
+    BackendUnavailable,
+    LLMBackend,
+    MessageLike,
+    MissingAPIKey,
+    MissingTrainExtra,
+    normalize_messages,
+)
+from mascot.llm.cache import CachedBackend, CacheStats, RequestCache, describe_request, request_key
+from mascot.llm.factory import make_backend
+
+__all__ = [
+    "BackendError",
+    "BackendRequestError",
+    "BackendUnavailable",
+    "CacheStats",
+    "CachedBackend",
+    "LLMBackend",
+    "MessageLike",
+    "MissingAPIKey",
+    "MissingTrainExtra",
+    "RequestCache",
+    "describe_request",
+    "make_backend",
+    "normalize_messages",
+    "request_key",
+]
+
+
+def __getattr__(name: str):
+    # The backend classes, without importing openai or transformers until they are asked for.
+    if name == "OpenAIBackend":
+        from mascot.llm.openai_backend import OpenAIBackend
+
+        return OpenAIBackend
+    if name == "TransformersBackend":
+        from mascot.llm.transformers_backend import TransformersBackend
+
+        return TransformersBackend
+    raise AttributeError(f"module 'mascot.llm' has no attribute {name!r}")

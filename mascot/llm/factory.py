@@ -1,0 +1,40 @@
+"""Build the backend a `BackendConfig` describes, wrapped in the request cache when one is given."""
+
+from __future__ import annotations
+
+from mascot.config import BackendConfig
+from mascot.llm.base import BackendError, LLMBackend
+from mascot.llm.cache import CachedBackend, RequestCache
+
+
+def make_backend(
+    config: BackendConfig, *, model_path: str | None = None, cache: RequestCache | None = None
+) -> LLMBackend:
+    """The backend for `config`; `model_path` replaces `config.model` for locally resolved models.
+
+    For `kind: openai` the served model name is always `config.model` (what the server was started
+    with), so `model_path` is ignored there. For `kind: transformers`, a `tiny:` reference must be
+    resolved to a folder first (`mascot.train.tiny`) and passed as `model_path`.
+    """
+    if config.kind == "openai":
+        from mascot.llm.openai_backend import OpenAIBackend
+
+        backend: LLMBackend = OpenAIBackend(
+            config.model,
+            base_url=config.base_url,
+            api_key_env=config.api_key_env,
+            max_concurrency=config.max_concurrency,
+            timeout_s=config.timeout_s,
+            max_retries=config.max_retries,
+        )
+    else:
+        from mascot.llm.transformers_backend import TransformersBackend
+
+        model = model_path or config.model
+        if model.startswith("tiny:"):
+            raise BackendError(
+                f"model {model!r} is a tiny-model reference; build it with mascot.train.tiny and pass "
+                "its folder as model_path"
+            )
+        backend = TransformersBackend(model, adapter=config.adapter, device=config.device)
+    return CachedBackend(backend, cache) if cache is not None else backend

@@ -1,0 +1,224 @@
+"""Backend for OpenAI-compatible chat-completion servers: vLLM, OpenAI, `transformers serve`.
+
+Retries use the `openai` client's own: exponential backoff with jitter (0.5 s doubling up to
+8 s, or the server's Retry-After), on connection errors, timeouts, 408, 409, 429 and 5xx; never
+on other 4xx answers, which retrying cannot fix.
+
+All `n` candidates are asked for in one request. Servers that return fewer choices
+(`transformers serve` ignores `n` and answers with one) are topped up with one request per
+missing candidate, issued concurrently; candidate `i` is requested with seed `seed + i`, so the
+top-up is as deterministic as the server's seeding.
+
+A choice whose `content` is None (a refusal, or a reply cut off inside a reasoning block that the
+server parsed out) becomes the empty string, so callers always get `n` texts; judges then record
+such a candidate as unparseable rather than losing it. `empty_replies` counts them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import weakref
+from collections.abc import Sequence
+from urllib.parse import urlparse
+
+import openai
+
+from mascot.config import SamplingParams
+from mascot.llm.base import (
+    BackendError,
+    BackendRequestError,
+    BackendUnavailable,
+    MessageLike,
+    MissingAPIKey,
+    check_n,
+    normalize_messages,
+    truncate_at_stop,
+)
+
+log = logging.getLogger(__name__)
+
+OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
+# Servers other than OpenAI's usually accept any key; the client insists on one being set.
+PLACEHOLDER_KEY = "EMPTY"
+RETRYABLE_STATUS = {408, 409, 429}
+
+
+def is_openai_url(base_url: str | None) -> bool:
+    host = urlparse(base_url or OPENAI_DEFAULT_URL).hostname or ""
+    return host == "openai.com" or host.endswith(".openai.com")
+
+
+class OpenAIBackend:
+    """Async client for one model on an OpenAI-compatible server.
+
+    The client and the concurrency semaphore belong to an event loop, so one is made per loop:
+    the same backend can serve several `asyncio.run` calls (one per shard, say).
+    """
+
+    kind = "openai"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        max_concurrency: int = 16,
+        timeout_s: float = 120.0,
+        max_retries: int = 4,
+    ):
+        self.model = model
+        self.base_url = base_url
+        self.api_key_env = api_key_env
+        self.max_concurrency = max_concurrency
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.requests_sent = 0  # HTTP requests, retries included: what the server sees
+        self.calls_made = 0  # successful chat-completion calls
+        self.empty_replies = 0  # choices whose content was None
+        self._api_key()  # fail now, not at the first request, when the key is missing
+        self._per_loop: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    @property
+    def url(self) -> str:
+        return self.base_url or OPENAI_DEFAULT_URL
+
+    def __repr__(self) -> str:
+        # Deliberately no key, and no client (whose repr could show headers).
+        return f"OpenAIBackend(model={self.model!r}, url={self.url!r})"
+
+    def _api_key(self) -> str:
+        # Read from the environment each time it is needed, so the key is never kept on self.
+        key = os.environ.get(self.api_key_env)
+        if key:
+            return key
+        if is_openai_url(self.base_url):
+            raise MissingAPIKey(
+                f"the environment variable {self.api_key_env} is not set; it must hold the API key "
+                f"for {self.url} (or set base_url to a local vLLM / transformers serve server)"
+            )
+        return PLACEHOLDER_KEY
+
+    def __getstate__(self) -> dict:
+        # Picklable for worker processes: clients belong to one process's event loops.
+        return {**self.__dict__, "_per_loop": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _per_loop=weakref.WeakKeyDictionary())
+
+    async def _count_request(self, _request) -> None:
+        # An httpx event hook: it fires for every attempt, so retries are counted too.
+        self.requests_sent += 1
+
+    def _loop_state(self) -> tuple[openai.AsyncOpenAI, asyncio.Semaphore]:
+        loop = asyncio.get_running_loop()
+        state = self._per_loop.get(loop)
+        if state is None:
+            http_client = openai.DefaultAsyncHttpxClient(event_hooks={"request": [self._count_request]})
+            client = openai.AsyncOpenAI(
+                api_key=self._api_key(),
+                base_url=self.url,  # explicit, so an OPENAI_BASE_URL variable cannot redirect it silently
+                timeout=self.timeout_s,
+                max_retries=self.max_retries,
+                http_client=http_client,
+            )
+            state = (client, asyncio.Semaphore(self.max_concurrency))
+            self._per_loop[loop] = state
+        return state
+
+    async def aclose(self) -> None:
+        """Close this event loop's HTTP client (optional; clients of finished loops are dropped)."""
+        state = self._per_loop.pop(asyncio.get_running_loop(), None)
+        if state is not None:
+            await state[0].close()
+
+    async def generate(
+        self,
+        messages: Sequence[MessageLike],
+        n: int,
+        params: SamplingParams,
+        seed: int,
+        response_format: dict | None = None,
+    ) -> list[str]:
+        check_n(n)
+        chat = normalize_messages(messages)
+        texts = (await self._complete(chat, n, params, seed, response_format))[:n]
+        missing = range(len(texts), n)
+        if missing:
+            log.debug("%s returned %d of %d choices; topping up with %d requests",
+                      self.url, len(texts), n, len(missing))
+            top_ups = await asyncio.gather(
+                *(self._complete(chat, 1, params, seed + index, response_format) for index in missing)
+            )
+            for index, choices in zip(missing, top_ups):
+                if not choices:
+                    raise BackendError(f"{self.url} returned no choices for model {self.model!r} "
+                                       f"(candidate {index}, seed {seed + index})")
+                texts.append(choices[0])
+        return texts
+
+    async def _complete(
+        self, chat: list[dict], n: int, params: SamplingParams, seed: int, response_format: dict | None
+    ) -> list[str]:
+        """One chat-completion call; returns the choices' texts in index order (maybe fewer than n)."""
+        request = {
+            "model": self.model,
+            "messages": chat,
+            "n": n,
+            "seed": seed,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": params.max_new_tokens,
+        }
+        # Only sent when set: some servers treat an empty list differently from no stop at all.
+        if params.stop:
+            request["stop"] = list(params.stop)
+        if response_format is not None:
+            request["response_format"] = response_format
+        if params.chat_template_kwargs:  # vLLM and `transformers serve` read it from the request body
+            request["extra_body"] = {"chat_template_kwargs": params.chat_template_kwargs}
+        client, semaphore = self._loop_state()
+        async with semaphore:
+            try:
+                completion = await client.chat.completions.create(**request)
+            except openai.APITimeoutError as exc:
+                raise BackendUnavailable(self._unavailable_message(
+                    f"no answer within {self.timeout_s:g} s")) from exc
+            except openai.APIConnectionError as exc:
+                raise BackendUnavailable(self._unavailable_message(
+                    f"connection failed: {exc.__cause__ or exc}")) from exc
+            except openai.APIStatusError as exc:
+                if exc.status_code in RETRYABLE_STATUS or exc.status_code >= 500:
+                    raise BackendUnavailable(self._unavailable_message(
+                        f"HTTP {exc.status_code}: {_server_detail(exc)}")) from exc
+                raise BackendRequestError(
+                    f"{self.url} refused the request for model {self.model!r}: "
+                    f"HTTP {exc.status_code}: {_server_detail(exc)}"
+                ) from exc
+        self.calls_made += 1
+        texts = []
+        for choice in sorted(completion.choices or [], key=lambda c: c.index):
+            content = choice.message.content
+            if content is None:
+                self.empty_replies += 1
+                content = ""
+            # Servers differ on whether the matched stop string is kept; drop it everywhere.
+            texts.append(truncate_at_stop(content, params.stop).strip())
+        return texts
+
+    def _unavailable_message(self, reason: str) -> str:
+        return (
+            f"the OpenAI-compatible server at {self.url} is unavailable after {self.max_retries} "
+            f"retries ({reason}). Is it running? Start one with `vllm serve {self.model}` or "
+            f"`transformers serve {self.model}`, and check that generation.base_url points at it."
+        )
+
+
+def _server_detail(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        detail = body.get("message") or body.get("detail") or body.get("error") or body
+        return str(detail)[:500]
+    return (exc.message or "")[:500]

@@ -1,0 +1,85 @@
+"""The `mascot` commands end to end on the tiny profile (real tiny model, real request cache)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mascot.cli import app
+from mascot.data import SAMPLES_DIR
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = str(REPO / "configs" / "tiny.yaml")
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("command", [[], ["config"], ["data"], ["models"], ["sample"], ["config", "validate"],
+                                     ["data", "preview"], ["models", "build"]])
+def test_every_command_explains_itself(command):
+    result = runner.invoke(app, [*command, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage" in result.output and len(result.output.splitlines()) > 4
+
+
+def test_sample_prints_k_candidates_then_replays_from_the_cache(tiny_models, tmp_path, monkeypatch):
+    monkeypatch.setenv("MASCOT_CACHE_DIR", str(tiny_models.lm.parents[2]))  # reuse the session's build
+    args = ["sample", "--config", TINY, "--contexts", "2", "--k", "3", "--persona", "anchor",
+            "--persona", "catalyst"]
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    assert first.output.count("The Anchor |") == 2 and first.output.count("The Catalyst |") == 2
+    assert len(re.findall(r"^│ 3\. ", first.output, flags=re.MULTILINE)) == 4  # K=3 for each of 4 queries
+    misses = int(re.search(r"(\d+) misses", first.output).group(1))
+    assert misses >= 4
+    second = runner.invoke(app, args)
+    assert second.exit_code == 0
+    assert f"{misses} hits, 0 misses" in second.output
+    assert second.output.split("request cache")[0] == first.output.split("request cache")[0]
+    assert "Loading weights" not in first.output  # transformers' own bars stay out of the way
+
+
+def test_sample_rejects_unknown_persona():
+    result = runner.invoke(app, ["sample", "--config", TINY, "--persona", "oracle"])
+    assert result.exit_code == 2
+    assert "no persona 'oracle'" in result.output and "anchor" in result.output
+
+
+def test_sample_reports_an_unreachable_server(tmp_path):
+    config = Path(TINY).read_text().replace(
+        "generation:\n  kind: transformers\n  model: tiny:lm\n  device: cpu\n",
+        "generation:\n  kind: openai\n  model: tiny\n  base_url: http://127.0.0.1:9/v1\n  max_retries: 0\n"
+        "  timeout_s: 2\n",
+    ).replace("rosters/", f"{REPO}/configs/rosters/").replace("users/", f"{REPO}/configs/users/")
+    path = tmp_path / "server.yaml"
+    path.write_text(config)
+    result = runner.invoke(app, ["sample", "--config", str(path), "--contexts", "1", "--persona", "anchor"])
+    assert result.exit_code == 1, result.output
+    assert "http://127.0.0.1:9/v1" in result.output and "vllm serve" in result.output
+
+
+@pytest.mark.parametrize("source, path, expected", [
+    ("empathetic_dialogues", "empathetic_dialogues", "ed:train:"),
+    ("qmsum", "qmsum", "meeting="),
+    ("esconv", "esconv/ESConv.json", "esconv:test:"),
+])
+def test_data_preview(source, path, expected):
+    result = runner.invoke(app, ["data", "preview", "--source", source, "--path", str(SAMPLES_DIR / path), "-n", "2"])
+    assert result.exit_code == 0, result.output
+    assert expected in result.output
+
+
+def test_data_preview_from_config_is_seeded():
+    first = runner.invoke(app, ["data", "preview", "--config", TINY, "-n", "2", "--seed", "3"])
+    again = runner.invoke(app, ["data", "preview", "--config", TINY, "-n", "2", "--seed", "3"])
+    assert first.exit_code == 0 and first.output == again.output
+
+
+def test_data_preview_names_the_broken_record(tmp_path):
+    broken = tmp_path / "ESConv.json"
+    broken.write_text('[{"emotion_type": "anxiety"}]')
+    result = runner.invoke(app, ["data", "preview", "--source", "esconv", "--path", str(broken)])
+    assert result.exit_code == 2
+    assert str(broken) in result.output and "dialogue 0" in result.output and "experience_type" in result.output

@@ -1,0 +1,84 @@
+"""Tiny offline models: loadable through the normal from_pretrained path, deterministic, cached."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+from mascot.config import TinyModelSpec
+from mascot.data import SAMPLES_DIR, load_contexts
+from mascot.prompts import speaker_messages
+from mascot.roster import load_roster
+from mascot.train.tiny import build_tiny_models, input_hash
+
+QUICK = TinyModelSpec(hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
+                      vocab_size=600, warm_start_steps=3)
+
+
+def test_models_load_with_auto_classes(tiny_models):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_models.lm)
+    lm = AutoModelForCausalLM.from_pretrained(tiny_models.lm)
+    rm = AutoModelForSequenceClassification.from_pretrained(tiny_models.rm)
+    assert lm.config.model_type == rm.config.model_type == "qwen3"
+    assert rm.config.num_labels == 1 and rm.config.pad_token_id == tokenizer.pad_token_id
+    assert lm.generation_config.do_sample is True
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "hello"}], tokenize=False,
+                                           add_generation_prompt=True)
+    assert prompt == "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
+    batch = tokenizer(["I feel alone today.", "We decided to ship it."], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        scores = rm(**batch).logits
+    assert scores.shape == (2, 1) and torch.isfinite(scores).all()
+
+
+def test_warm_started_samples_are_word_like(tiny_models, tiny_config):
+    """On a held-out context, most sampled words are words of the training dialogues, not noise."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_models.lm)
+    lm = AutoModelForCausalLM.from_pretrained(tiny_models.lm)
+    train = [*load_contexts("empathetic_dialogues", SAMPLES_DIR / "empathetic_dialogues"),
+             *load_contexts("qmsum", SAMPLES_DIR / "qmsum")]
+    known = {w for c in train for m in c.history for w in re.findall(r"[a-z']+", m.content.lower())}
+    held_out = load_contexts("empathetic_dialogues", SAMPLES_DIR / "empathetic_dialogues", split="validation")[0]
+    anchor = load_roster(tiny_config.data.roster).get("anchor")
+    inputs = tokenizer.apply_chat_template(speaker_messages(anchor, held_out), add_generation_prompt=True,
+                                           return_tensors="pt", return_dict=True)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        out = lm.generate(**inputs, max_new_tokens=40, num_return_sequences=8)
+    texts = tokenizer.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+    words = [w for t in texts for w in re.findall(r"[a-z']+", t.lower())]
+    assert len(words) >= 30, texts
+    assert sum(w in known for w in words) / len(words) > 0.75, texts
+
+
+def test_build_is_deterministic(tmp_path):
+    first = build_tiny_models(QUICK, tmp_path / "a", progress=False)
+    second = build_tiny_models(QUICK, tmp_path / "b", progress=False)
+    for name in ("lm/model.safetensors", "rm/model.safetensors", "lm/tokenizer.json"):
+        assert (first.lm.parent / name).read_bytes() == (second.lm.parent / name).read_bytes(), name
+
+
+def test_build_is_cached_and_keyed_by_inputs(tmp_path):
+    models = build_tiny_models(QUICK, tmp_path, progress=False)
+    stamp = (models.lm / "model.safetensors").stat().st_mtime_ns
+    assert build_tiny_models(QUICK, tmp_path, progress=False) == models
+    assert (models.lm / "model.safetensors").stat().st_mtime_ns == stamp  # not rebuilt
+    changed = QUICK.model_copy(update={"seed": 1})
+    assert input_hash(changed) != input_hash(QUICK)
+    assert build_tiny_models(changed, tmp_path, progress=False).lm != models.lm
+    assert not list(tmp_path.glob("tiny-models/.*")), "no staging folders are left behind"
+
+
+def test_missing_build_leaves_nothing_half_written(tmp_path, monkeypatch):
+    from mascot.train import tiny
+
+    def explode(*args, **kwargs):
+        raise RuntimeError("killed mid-build")
+
+    monkeypatch.setattr(tiny, "_warm_start", explode)
+    with pytest.raises(RuntimeError, match="killed mid-build"):
+        build_tiny_models(QUICK.model_copy(update={"warm_start_steps": 1}), tmp_path, progress=False)
+    assert list((tmp_path / "tiny-models").iterdir()) == []
