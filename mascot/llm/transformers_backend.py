@@ -18,8 +18,8 @@ import asyncio
 import hashlib
 import logging
 import threading
-from contextlib import contextmanager
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
