@@ -20,18 +20,20 @@ from pathlib import Path
 import pytest
 
 from mascot.config import BackendConfig, SamplingParams
+from mascot.data import SAMPLES_DIR, load_contexts
 from mascot.llm import CachedBackend, RequestCache, make_backend
+from mascot.prompts import speaker_messages
+from mascot.roster import load_roster
 
 pytestmark = pytest.mark.integration
 
 K = 4
 STARTUP_TIMEOUT_S = 120
 CHAT_REQUEST_LINE = '"POST /v1/chat/completions HTTP/1.1" 200'
-PERSONAS = {
-    "anchor": "You are The Anchor, an emotional validator. Reflect the user's feelings warmly.",
-    "catalyst": "You are The Catalyst. Ask one Socratic question that reframes the problem toward action.",
-}
-USER_MESSAGE = {"role": "user", "content": "I failed my driving test for the second time and feel useless."}
+REPO = Path(__file__).resolve().parents[2]
+ROSTER = load_roster(REPO / "configs" / "rosters" / "emotional_support.yaml")
+CONTEXT = load_contexts("empathetic_dialogues", SAMPLES_DIR / "empathetic_dialogues", limit=1)[0]
+PERSONAS = {persona_id: speaker_messages(ROSTER.get(persona_id), CONTEXT) for persona_id in ("anchor", "catalyst")}
 PARAMS = SamplingParams(temperature=1.0, top_p=0.95, max_new_tokens=16)
 
 
@@ -102,8 +104,7 @@ def _wait_until_healthy(server: subprocess.Popen, health_url: str, log: ServerLo
 def sample_personas(backend) -> dict[str, list[str]]:
     async def run():
         replies = await asyncio.gather(*(
-            backend.generate([{"role": "system", "content": prompt}, USER_MESSAGE], K, PARAMS, seed=0)
-            for prompt in PERSONAS.values()
+            backend.generate(messages, K, PARAMS, seed=0) for messages in PERSONAS.values()
         ))
         return dict(zip(PERSONAS, replies))
 
