@@ -9,8 +9,9 @@
 from __future__ import annotations
 
 import asyncio
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -38,12 +39,25 @@ errors = Console(stderr=True, soft_wrap=True, emoji=False)  # never wrap error l
 ConfigOption = Annotated[Path, typer.Option("--config", "-c", help="Run config YAML, e.g. configs/tiny.yaml.")]
 
 
+def _fail(message: object, code: int = 2) -> NoReturn:
+    errors.print(Text(str(message), style="red"))
+    raise typer.Exit(code)
+
+
 def _load(config: Path) -> RunConfig:
     try:
         return load_config(config)
     except ConfigError as exc:
-        errors.print(f"[red]{config} is not valid[/red]\n{exc}", highlight=False)
-        raise typer.Exit(2) from None
+        _fail(f"{config} is not valid\n{exc}")
+
+
+@contextmanager
+def _corpus_errors():
+    """A corpus that cannot be read becomes its loader's message (file, record, field) and exit status 2."""
+    try:
+        yield
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:  # CorpusFormatError is a ValueError
+        _fail(exc)
 
 
 @config_app.command("validate")
@@ -55,9 +69,9 @@ def config_validate(paths: Annotated[list[Path], typer.Argument(help="Config, ro
             loaded = load_any(path)
         except ConfigError as exc:
             failed = True
-            errors.print(f"[red]{path}: {len(exc.problems)} problem(s)[/red]", highlight=False)
+            errors.print(Text(f"{path}: {len(exc.problems)} problem(s)", style="red"))
             for problem in exc.problems:
-                errors.print(f"  {problem}", highlight=False, markup=False)
+                errors.print(Text(f"  {problem}"))
             continue
         console.print(f"[green]ok[/green] {path}", highlight=False)
         console.print(_summary(loaded))
@@ -105,22 +119,16 @@ def data_preview(
     seed: Annotated[int, typer.Option(help="Subsampling seed.")] = 0,
 ):
     """Show a few parsed contexts from a corpus."""
-    from mascot.data import CorpusFormatError, load_contexts
+    from mascot.data import load_contexts, load_corpus
 
     if (config is None) == (source is None):
-        errors.print("pass either --config or --source with --path")
-        raise typer.Exit(2)
-    try:
-        if config is not None:
-            corpus = _load(config).data.corpus
-            contexts = load_contexts(corpus.source, corpus.path, hub_name=corpus.hub_name, split=corpus.split,
-                                     limit=n, seed=seed, window_turns=corpus.window_turns,
-                                     window_stride=corpus.window_stride)
+        _fail("pass either --config or --source with --path")
+    corpus = _load(config).data.corpus if config is not None else None
+    with _corpus_errors():
+        if corpus is not None:
+            contexts = load_corpus(corpus, limit=n, seed=seed)
         else:
             contexts = load_contexts(source, path, split=split, limit=n, seed=seed)
-    except (CorpusFormatError, ValueError, FileNotFoundError) as exc:
-        errors.print(f"[red]{exc}[/red]", highlight=False)
-        raise typer.Exit(2) from None
     for context in contexts:
         tags = ", ".join(f"{k}={v}" for k, v in [("split", context.split), ("valence", context.valence),
                                                  ("meeting", context.meeting_type)] if v)
@@ -150,8 +158,8 @@ def sample(
 ):
     """Sample K candidate replies per (context, persona) with the configured backend and print them."""
     from mascot.candidates import build_queries, sample_candidates
-    from mascot.data import load_contexts
-    from mascot.llm import BackendError, CachedBackend, RequestCache, make_backend
+    from mascot.data import load_corpus
+    from mascot.llm import BackendError, RequestCache, make_backend
     from mascot.roster import load_roster
     from mascot.train.tiny import resolve_model
 
@@ -160,23 +168,18 @@ def sample(
     try:
         personas = [roster.get(p) for p in persona] if persona else roster.active
     except KeyError as exc:
-        errors.print(f"[red]{exc.args[0]}[/red]", highlight=False)
-        raise typer.Exit(2) from None
-    corpus = run.data.corpus
-    picked = load_contexts(corpus.source, corpus.path, hub_name=corpus.hub_name, split=corpus.split,
-                           limit=contexts, seed=run.run.seed, window_turns=corpus.window_turns,
-                           window_stride=corpus.window_stride)
-    model_path = resolve_model(run.generation.model, run)
+        _fail(exc.args[0])
+    with _corpus_errors():
+        picked = load_corpus(run.data.corpus, limit=contexts, seed=run.run.seed)
     cache = RequestCache(run.cache.root / "requests.sqlite")
-    backend = CachedBackend(make_backend(run.generation, model_path=model_path), cache)
+    backend = make_backend(run.generation, model_path=resolve_model(run.generation.model, run), cache=cache)
     queries = build_queries(picked, personas)
-    with console.status(f"sampling {len(queries)} queries x {k or run.stage1.k} candidates"):
+    k = k or run.stage1.k
+    with console.status(f"sampling {len(queries)} queries x {k} candidates"):
         try:
-            results = asyncio.run(sample_candidates(backend, queries, k or run.stage1.k, run.generation.params,
-                                                    run.run.seed))
+            results = asyncio.run(sample_candidates(backend, queries, k, run.generation.params, run.run.seed))
         except BackendError as exc:
-            errors.print(f"[red]{exc}[/red]", highlight=False)
-            raise typer.Exit(1) from None
+            _fail(exc, code=1)
     for result in results:
         last = result.query.context.history[-1]
         body = f"[dim]{escape(last.name or last.role)}: {escape(last.content)}[/dim]\n" + "\n".join(

@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from mascot.roster import Roster, UserProfiles, load_roster, load_user_profiles
-from mascot.yamlio import ConfigError, Problem, load_validated
+from mascot.yamlio import ConfigError, Problem, load_validated, read_yaml
 
 SAMPLES_DIR = Path(__file__).parent / "data" / "samples"
 TINY_MODELS = ("tiny:lm", "tiny:rm")
@@ -271,8 +271,6 @@ def _collect(problems: list[Problem], loader, target: Path):
 
 def load_any(path: str | Path) -> RunConfig | Roster | UserProfiles:
     """Validate a run config, roster or user-profile file, telling which by its top-level keys."""
-    from mascot.yamlio import read_yaml
-
     data, _ = read_yaml(path)
     if isinstance(data, dict) and "personas" in data:
         return load_roster(path)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mascot.data.context import Context, CorpusFormatError, Message, Split
 from mascot.data.empathetic_dialogues import contexts_from_records as _ed_from_records
@@ -22,6 +22,9 @@ from mascot.data.qmsum import contexts_from_meetings as _qmsum_from_meetings
 from mascot.data.qmsum import load_qmsum
 from mascot.data.sampling import ensure_unique_ids, subsample
 
+if TYPE_CHECKING:
+    from mascot.config import CorpusConfig
+
 __all__ = [
     "SAMPLES_DIR",
     "SOURCES",
@@ -29,6 +32,7 @@ __all__ = [
     "CorpusFormatError",
     "Message",
     "load_contexts",
+    "load_corpus",
     "normalize_split",
 ]
 
@@ -124,6 +128,13 @@ def load_contexts(
             contexts = _esconv_from_hub_rows(rows, source_name=hub_source, split=resolved_split)
     ensure_unique_ids(contexts)
     return subsample(contexts, limit, seed)
+
+
+def load_corpus(corpus: CorpusConfig, *, limit: int | None = None, seed: int = 0) -> list[Context]:
+    """`load_contexts` for a config's corpus entry; `limit` overrides the entry's own limit."""
+    return load_contexts(corpus.source, corpus.path, hub_name=corpus.hub_name, split=corpus.split,
+                         limit=limit or corpus.limit, seed=seed, window_turns=corpus.window_turns,
+                         window_stride=corpus.window_stride)
 
 
 def _load_hub_rows(hub_name: str, split: Split) -> tuple[list[Mapping[str, Any]], str]:
