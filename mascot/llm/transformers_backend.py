@@ -58,7 +58,7 @@ def quiet_transformers():
         hf_logging.enable_progress_bar()
 
 
-def _import_torch():
+def require_torch():
     try:
         import torch
     except ImportError as exc:
@@ -69,7 +69,7 @@ def _import_torch():
 def resolve_device(device: str) -> str:
     if device != "auto":
         return device
-    return "cuda" if _import_torch().cuda.is_available() else "cpu"
+    return "cuda" if require_torch().cuda.is_available() else "cpu"
 
 
 def adapter_fingerprint(adapter: str | Path) -> str:
@@ -96,7 +96,7 @@ def load_model(model: str, adapter: str | None, device: str) -> LoadedModel:
 
 
 def _load_uncached(model: str, adapter: str | None, device: str) -> LoadedModel:
-    _import_torch()
+    require_torch()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     log.info("loading %s%s on %s", model, f" with adapter {adapter}" if adapter else "", device)
@@ -148,7 +148,7 @@ class TransformersBackend:
         return await asyncio.to_thread(self._generate_blocking, chat, n, params, seed)
 
     def _generate_blocking(self, chat: list[dict], n: int, params: SamplingParams, seed: int) -> list[str]:
-        torch = _import_torch()
+        torch = require_torch()
         from transformers import set_seed
 
         loaded = self.load()

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from mascot.config import SAMPLES_DIR, TINY_MODELS, RunConfig, TinyModelSpec
 from mascot.data import load_contexts
-from mascot.llm.transformers_backend import quiet_transformers
+from mascot.llm.transformers_backend import quiet_transformers, require_torch
 from mascot.prompts import TEMPLATES_DIR, speaker_messages
 from mascot.roster import load_roster
 
@@ -52,16 +52,10 @@ class TinyModels:
         return {"tiny:lm": self.lm, "tiny:rm": self.rm}[ref]
 
 
-def _require_torch():
-    try:
-        import torch
-    except ImportError as exc:
-        raise ImportError("building tiny models needs torch: pip install 'mascot[train]'") from exc
-    return torch
-
-
-def _shipped_files() -> list[Path]:
-    return sorted(p for root, pattern in SHIPPED_TEXT_GLOBS for p in root.glob(pattern) if p.is_file())
+def _shipped_files() -> list[tuple[str, Path]]:
+    """(machine-independent name, path) of every shipped file the build reads."""
+    return [(f"{root.name}/{path.relative_to(root)}", path) for root, pattern in SHIPPED_TEXT_GLOBS
+            for path in sorted(root.glob(pattern)) if path.is_file()]
 
 
 def input_hash(spec: TinyModelSpec) -> str:
@@ -73,15 +67,15 @@ def input_hash(spec: TinyModelSpec) -> str:
     digest.update(spec.model_dump_json().encode())
     digest.update(Path(__file__).read_bytes())
     digest.update(f"torch={torch.__version__} transformers={transformers.__version__}".encode())
-    for path in _shipped_files():
-        digest.update(str(path.relative_to(PROJECT_ROOT if path.is_relative_to(PROJECT_ROOT) else path.anchor)).encode())
+    for name, path in _shipped_files():
+        digest.update(name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
 def build_tiny_models(spec: TinyModelSpec, cache_root: str | Path, progress: bool = True) -> TinyModels:
     """Return the cached tiny models for `spec`, building them first if needed."""
-    _require_torch()
+    require_torch()
     target = Path(cache_root) / "tiny-models" / input_hash(spec)
     models = TinyModels(lm=target / "lm", rm=target / "rm")
     if (target / "complete").exists():
@@ -141,7 +135,7 @@ def _build_tokenizer(spec: TinyModelSpec, dialogues: list[list[dict]]):
     from transformers import PreTrainedTokenizerFast
 
     texts = [m["content"] for d in dialogues for m in d]
-    texts += [p.read_text(encoding="utf-8", errors="replace") for p in _shipped_files() if p.suffix in {".yaml", ".j2"}]
+    texts += [p.read_text(encoding="utf-8", errors="replace") for _, p in _shipped_files() if p.suffix in {".yaml", ".j2"}]
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
@@ -153,7 +147,7 @@ def _build_tokenizer(spec: TinyModelSpec, dialogues: list[list[dict]]):
 
 
 def _build(spec: TinyModelSpec, out: Path, progress: bool) -> None:
-    torch = _require_torch()
+    torch = require_torch()
     from transformers import (
         AutoModelForSequenceClassification,
         GenerationConfig,

@@ -10,7 +10,7 @@ import pytest
 from mascot.config import BackendConfig, SamplingParams
 from mascot.data.context import Message
 from mascot.llm import BackendError, CachedBackend, MissingTrainExtra, RequestCache, make_backend
-from mascot.llm.transformers_backend import TransformersBackend, _import_torch
+from mascot.llm.transformers_backend import TransformersBackend, require_torch
 
 pytest.importorskip("torch")
 
@@ -115,5 +115,5 @@ def test_make_backend_builds_the_transformers_backend(lm_dir, tmp_path):
 def test_missing_torch_tells_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
     with pytest.raises(MissingTrainExtra, match=r"pip install 'mascot\[train\]'") as caught:
-        _import_torch()
+        require_torch()
     assert isinstance(caught.value, ImportError)
