@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from mascot.judges.rubrics import load_rubric
 from mascot.roster import Roster, UserProfiles, load_roster, load_user_profiles
 from mascot.yamlio import ConfigError, Problem, load_validated, read_yaml
 
@@ -93,11 +94,16 @@ class SamplingParams(Section):
 
 
 class BackendConfig(Section):
-    kind: Literal["transformers", "openai"] = Field(description="In-process transformers or an OpenAI-compatible server.")
+    kind: Literal["transformers", "openai", "anthropic", "google"] = Field(
+        description="In-process transformers, an OpenAI-compatible server, or the Anthropic or Google API."
+    )
     model: str = Field(min_length=1, description="Model id or path; for servers, the served model name.")
     adapter: Path | None = Field(default=None, description="PEFT adapter folder (transformers backend).")
-    base_url: str | None = Field(default=None, description="Server URL ending in /v1 (openai backend).")
-    api_key_env: str = Field(default="OPENAI_API_KEY", description="Environment variable holding the API key.")
+    base_url: str | None = Field(default=None, description="Server URL; for openai it ends in /v1 (default: the vendor's API).")
+    api_key_env: str | None = Field(
+        default=None, description="Environment variable holding the API key (default: OPENAI_API_KEY, "
+        "ANTHROPIC_API_KEY, or GOOGLE_API_KEY then GEMINI_API_KEY, by kind)."
+    )
     max_concurrency: int = Field(default=16, ge=1, description="Requests in flight at once.")
     timeout_s: float = Field(default=120.0, gt=0, description="Per-request timeout in seconds.")
     max_retries: int = Field(default=4, ge=0, description="Retries with exponential backoff per request.")
@@ -116,30 +122,29 @@ class BackendConfig(Section):
     @model_validator(mode="after")
     def _fields_fit_kind(self) -> BackendConfig:
         if self.kind == "transformers" and self.base_url is not None:
-            raise ValueError("'base_url' is only used with kind: openai")
-        if self.kind == "openai" and self.adapter is not None:
+            raise ValueError("'base_url' is for servers; kind: transformers runs the model in this process")
+        if self.kind != "transformers" and self.adapter is not None:
             raise ValueError("'adapter' is only used with kind: transformers; serve adapters with vLLM --lora-modules")
         return self
 
 
 class JudgeConfig(Section):
-    kind: Literal["heuristic", "openai", "anthropic", "google"] = Field(description="Judge implementation.")
-    name: str | None = Field(default=None, description="Label in artifacts (default: the model or 'heuristic').")
-    model: str | None = Field(default=None, description="Judge model (LLM judges only).")
-    base_url: str | None = Field(default=None, description="OpenAI-compatible server URL (openai judges).")
-    api_key_env: str | None = Field(default=None, description="Environment variable holding the API key.")
+    kind: Literal["heuristic", "llm"] = Field(description="The offline heuristic judge, or an LLM judge.")
+    name: str | None = Field(default=None, description="Label in artifacts (default: the backend model or 'heuristic').")
+    backend: BackendConfig | None = Field(default=None, description="LLM judges: the model that judges.")
+    max_attempts: int = Field(default=3, ge=1, description="LLM judges: tries per candidate before recording a failure.")
 
     @model_validator(mode="after")
-    def _model_for_llm_judges(self) -> JudgeConfig:
-        if self.kind != "heuristic" and not self.model:
-            raise ValueError(f"a '{self.kind}' judge needs 'model'")
-        if self.kind == "heuristic" and self.model:
-            raise ValueError("the heuristic judge takes no 'model'")
+    def _backend_for_llm_judges(self) -> JudgeConfig:
+        if self.kind == "llm" and self.backend is None:
+            raise ValueError("an 'llm' judge needs 'backend' (kind, model and, for servers, base_url)")
+        if self.kind == "heuristic" and self.backend is not None:
+            raise ValueError("the heuristic judge takes no 'backend'")
         return self
 
     @property
     def label(self) -> str:
-        return self.name or self.model or self.kind
+        return self.name or (self.backend.model if self.backend else self.kind)
 
 
 class Stage1Config(Section):
@@ -148,6 +153,22 @@ class Stage1Config(Section):
     shard_size: int = Field(default=32, ge=1, description="Queries per cached sampling/judging shard.")
     max_pairs_per_query: int | None = Field(default=None, ge=1, description="Optional cap on pairs per query.")
     judges: list[JudgeConfig] = Field(min_length=1, description="Judge panel scoring every candidate.")
+    rubric: Path = Field(description="Rubric YAML with the criteria and their 1-5 anchors.")
+    aggregation: Literal["mean", "zscore"] = Field(
+        default="mean", description="How a panel's overall scores combine: mean, or mean of per-judge z-scores."
+    )
+    max_judge_failure_rate: float = Field(
+        default=0.1, ge=0.0, le=1.0, description="Fail the run when more judgments than this share fail."
+    )
+
+    _resolve = field_validator("rubric", mode="before")(resolve_path)
+
+    @model_validator(mode="after")
+    def _judge_names_unique(self) -> Stage1Config:
+        labels = [j.label for j in self.judges]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"judge names must be unique, got {labels}; set 'name' to tell them apart")
+        return self
 
 
 class LoraConfig(Section):
@@ -224,7 +245,8 @@ class RunConfig(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
-        refs = [*self.models.model_dump().values(), self.generation.model]
+        judge_models = [j.backend.model for j in self.stage1.judges if j.backend is not None]
+        refs = [*self.models.model_dump().values(), self.generation.model, *judge_models]
         unknown = [r for r in refs if r.startswith("tiny:") and r not in TINY_MODELS]
         if unknown:
             raise ValueError(f"unknown tiny model {unknown[0]!r}; expected one of {', '.join(TINY_MODELS)}")
@@ -252,6 +274,10 @@ def load_config(path: str | Path) -> RunConfig:
                                 f"roster is for '{roster.domain}' but the config's data.domain is '{config.data.domain}'"))
     if config.data.users is not None:
         _collect(problems, load_user_profiles, config.data.users)
+    rubric = _collect(problems, load_rubric, config.stage1.rubric)
+    if rubric is not None and rubric.domain != config.data.domain:
+        problems.append(Problem(str(config.stage1.rubric), None, "domain",
+                                f"rubric is for '{rubric.domain}' but the config's data.domain is '{config.data.domain}'"))
     for where, corpus in [("data.corpus", config.data.corpus),
                           *((f"data.held_out[{i}]", c) for i, c in enumerate(config.data.held_out))]:
         if corpus.path is not None and not corpus.path.exists():

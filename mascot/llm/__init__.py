@@ -1,9 +1,10 @@
-"""LLM backends behind one async interface, and the on-disk request cache under both.
+"""LLM backends behind one async interface, and the on-disk request cache under all of them.
 
     backend = make_backend(config.generation, cache=RequestCache(cache_root / "requests.sqlite"))
     texts = await backend.generate(messages, n=8, params=config.generation.params, seed=0)
 
-The backend modules import lazily, so importing this package needs neither torch nor a server.
+The backend modules import lazily, so importing this package needs neither torch, nor the vendor
+SDKs, nor a server.
 """
 
 from mascot.llm.base import (
@@ -38,7 +39,15 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # The backend classes, without importing openai or transformers until they are asked for.
+    # The backend classes, without importing their SDKs or transformers until they are asked for.
+    if name == "AnthropicBackend":
+        from mascot.llm.anthropic_backend import AnthropicBackend
+
+        return AnthropicBackend
+    if name == "GoogleBackend":
+        from mascot.llm.google_backend import GoogleBackend
+
+        return GoogleBackend
     if name == "OpenAIBackend":
         from mascot.llm.openai_backend import OpenAIBackend
 

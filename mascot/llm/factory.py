@@ -6,15 +6,21 @@ from mascot.config import BackendConfig
 from mascot.llm.base import BackendError, LLMBackend
 from mascot.llm.cache import CachedBackend, RequestCache
 
+VENDOR_KINDS = ("anthropic", "google")
+# Without `api_key_env`, each backend reads its vendor's usual variable: OPENAI_API_KEY,
+# ANTHROPIC_API_KEY, or GOOGLE_API_KEY then GEMINI_API_KEY.
+OPENAI_KEY_ENV = "OPENAI_API_KEY"
+
 
 def make_backend(
     config: BackendConfig, *, model_path: str | None = None, cache: RequestCache | None = None
 ) -> LLMBackend:
     """The backend for `config`; `model_path` replaces `config.model` for locally resolved models.
 
-    For `kind: openai` the served model name is always `config.model` (what the server was started
-    with), so `model_path` is ignored there. For `kind: transformers`, a `tiny:` reference must be
-    resolved to a folder first (`mascot.train.tiny`) and passed as `model_path`.
+    For `kind: openai`, `anthropic` and `google` the model name is always `config.model` (what the
+    server was started with, or the vendor's model id), so `model_path` is ignored there. For
+    `kind: transformers`, a `tiny:` reference must be resolved to a folder first
+    (`mascot.train.tiny`) and passed as `model_path`.
     """
     if config.kind == "openai":
         from mascot.llm.openai_backend import OpenAIBackend
@@ -22,11 +28,13 @@ def make_backend(
         backend: LLMBackend = OpenAIBackend(
             config.model,
             base_url=config.base_url,
-            api_key_env=config.api_key_env,
+            api_key_env=config.api_key_env or OPENAI_KEY_ENV,
             max_concurrency=config.max_concurrency,
             timeout_s=config.timeout_s,
             max_retries=config.max_retries,
         )
+    elif config.kind in VENDOR_KINDS:
+        backend = _vendor_backend(config)
     else:
         from mascot.llm.transformers_backend import TransformersBackend
 
@@ -38,3 +46,20 @@ def make_backend(
             )
         backend = TransformersBackend(model, adapter=config.adapter, device=config.device)
     return CachedBackend(backend, cache) if cache is not None else backend
+
+
+def _vendor_backend(config: BackendConfig) -> LLMBackend:
+    options = {
+        "base_url": config.base_url,
+        "api_key_env": config.api_key_env,
+        "max_concurrency": config.max_concurrency,
+        "timeout_s": config.timeout_s,
+        "max_retries": config.max_retries,
+    }
+    if config.kind == "anthropic":
+        from mascot.llm.anthropic_backend import AnthropicBackend
+
+        return AnthropicBackend(config.model, **options)
+    from mascot.llm.google_backend import GoogleBackend
+
+    return GoogleBackend(config.model, **options)

@@ -1,0 +1,58 @@
+"""Rubrics: the criteria a judge scores, each with anchored descriptions of every score.
+
+Rubrics live in YAML (`configs/rubrics/<domain>.yaml`), not in code. The overall score of a
+judgment is the mean of its criterion scores.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from mascot.yamlio import load_validated
+
+Slug = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$", max_length=48)]
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+
+
+class Criterion(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: Slug = Field(description="Column name in judgments.parquet, e.g. 'empathetic_support'.")
+    name: Text = Field(description="Display name, e.g. 'Empathetic Support Quality'.")
+    description: Text = Field(description="What the criterion measures.")
+    anchors: dict[int, Text] = Field(description="What each score on the scale means.")
+
+
+class Rubric(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    domain: Literal["emotional_support", "meetings"] = Field(description="Domain the rubric judges.")
+    name: Text = Field(description="Human-readable rubric name.")
+    scale_min: int = Field(default=1, description="Lowest score.")
+    scale_max: int = Field(default=5, description="Highest score.")
+    criteria: list[Criterion] = Field(min_length=1, description="Criteria, each scored on the scale.")
+
+    @model_validator(mode="after")
+    def _complete(self) -> Rubric:
+        if self.scale_min >= self.scale_max:
+            raise ValueError("scale_min must be below scale_max")
+        ids = [c.id for c in self.criteria]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"criterion ids must be unique, got {ids}")
+        scale = set(range(self.scale_min, self.scale_max + 1))
+        for criterion in self.criteria:
+            if set(criterion.anchors) != scale:
+                raise ValueError(f"criterion '{criterion.id}' needs one anchor for each score "
+                                 f"{self.scale_min}..{self.scale_max}, got {sorted(criterion.anchors)}")
+        return self
+
+    @property
+    def criterion_ids(self) -> list[str]:
+        return [c.id for c in self.criteria]
+
+
+def load_rubric(path: str | Path) -> Rubric:
+    return load_validated(path, Rubric)
