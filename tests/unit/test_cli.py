@@ -52,7 +52,8 @@ def test_sample_reports_an_unreachable_server(tmp_path):
         "generation:\n  kind: transformers\n  model: tiny:lm\n  device: cpu\n",
         "generation:\n  kind: openai\n  model: tiny\n  base_url: http://127.0.0.1:9/v1\n  max_retries: 0\n"
         "  timeout_s: 2\n",
-    ).replace("rosters/", f"{REPO}/configs/rosters/").replace("users/", f"{REPO}/configs/users/")
+    ).replace("rosters/", f"{REPO}/configs/rosters/").replace("users/", f"{REPO}/configs/users/").replace(
+        "rubrics/", f"{REPO}/configs/rubrics/")
     path = tmp_path / "server.yaml"
     path.write_text(config)
     result = runner.invoke(app, ["sample", "--config", str(path), "--contexts", "1", "--persona", "anchor"])
