@@ -20,12 +20,24 @@ from mascot.roster import Persona
 
 @dataclass(frozen=True)
 class Query:
+    """One (context, persona) pair: the unit that gets K candidates."""
+
     context: Context
     persona: Persona
 
     @property
     def id(self) -> str:
-        return f"{self.context.id}|{self.persona.id}"
+        return self.make_id(self.context.id, self.persona.id)
+
+    @staticmethod
+    def make_id(context_id: str, persona_id: str) -> str:
+        return f"{context_id}|{persona_id}"
+
+    @staticmethod
+    def split_id(query_id: str) -> tuple[str, str]:
+        """(context id, persona id); persona ids are slugs, so the last '|' separates them."""
+        context_id, _, persona_id = query_id.rpartition("|")
+        return context_id, persona_id
 
 
 @dataclass(frozen=True)
@@ -51,16 +63,18 @@ async def sample_candidates(
     k: int,
     params: SamplingParams,
     run_seed: int,
-    on_done: Callable[[Candidates], None] | None = None,
+    on_start: Callable[[], None] | None = None,
+    on_done: Callable[[], None] | None = None,
 ) -> list[Candidates]:
     """Sample `k` replies per query. All queries are in flight at once; the backend limits concurrency."""
 
     async def one(query: Query) -> Candidates:
         messages = speaker_messages(query.persona, query.context)
+        if on_start is not None:
+            on_start()
         texts = await backend.generate(messages, n=k, params=params, seed=request_seed(run_seed, query.id))
-        result = Candidates(query, texts)
         if on_done is not None:
-            on_done(result)
-        return result
+            on_done()
+        return Candidates(query, texts)
 
     return list(await asyncio.gather(*(one(q) for q in queries)))

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -29,6 +30,8 @@ app = typer.Typer(help="MASCOT: train and evaluate multi-agent companion groups.
 config_app = typer.Typer(help="Check configuration files.", no_args_is_help=True)
 data_app = typer.Typer(help="Inspect corpora.", no_args_is_help=True)
 models_app = typer.Typer(help="Build and locate models.", no_args_is_help=True)
+run_app = typer.Typer(help="Run pipeline stages as Prefect flows (cached and resumable).", no_args_is_help=True)
+app.add_typer(run_app, name="run")
 app.add_typer(config_app, name="config")
 app.add_typer(data_app, name="data")
 app.add_typer(models_app, name="models")
@@ -189,6 +192,44 @@ def sample(
     stats = cache.stats()
     console.print(f"request cache {cache.path}: {stats.hits} hits, {stats.misses} misses", highlight=False,
                   soft_wrap=True)
+
+
+# Prefect's embedded server needs longer than its default to start on a small machine.
+PREFECT_DEFAULTS = {"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "60",
+                    "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+
+
+@run_app.command("stage1")
+def run_stage1(
+    config: ConfigOption,
+    run_name: Annotated[str | None, typer.Option(help="Override run.name (the run directory's name).")] = None,
+    until: Annotated[str, typer.Option(help="Last step to run: 'pairs'.")] = "pairs",
+    refresh: Annotated[bool, typer.Option(help="Ignore cached shard results and recompute them.")] = False,
+):
+    """Stage 1: sample K candidates per (context, persona), judge them, build preference pairs.
+
+    Reruns skip every cached step; a killed run resumes where it stopped. Artifacts go to
+    <run.output_dir>/<run name>/stage1/.
+    """
+    if until != "pairs":
+        _fail(f"--until {until!r}: Stage 1 currently runs up to 'pairs'")
+    _load(config)  # fail fast, before Prefect starts, on a bad config
+    for name, value in PREFECT_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+    from flows.stage1 import stage1
+    from mascot.judges.panel import JudgeFailureRateExceeded
+    from mascot.llm import BackendError
+
+    try:
+        artifacts = stage1(str(config), run_name=run_name, until=until, refresh=refresh)
+    except (JudgeFailureRateExceeded, BackendError) as exc:
+        # Everything finished before the failure is cached: rerunning resumes from there.
+        _fail(f"stage 1 stopped: {exc}", code=1)
+    run_dir = artifacts["stage1/pairs"].path.parents[1]
+    console.print(f"[green]stage 1 done[/green]: {run_dir}", highlight=False)
+    for name, artifact in artifacts.items():
+        console.print(f"  {name:<18} {artifact.path}", highlight=False)
+    console.print(f"  summary            {run_dir / 'stage1' / 'summary.json'}", highlight=False)
 
 
 if __name__ == "__main__":

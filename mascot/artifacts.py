@@ -1,0 +1,164 @@
+"""The run directory: its layout, atomic writes, content hashes and the manifest.
+
+Steps hand each other `Artifact`s (a path and the SHA-256 of its bytes), never data frames: a
+downstream step reads the file and checks the hash, and the hash is part of its cache key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict
+
+PACKAGES = ("mascot", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "prefect", "polars",
+            "openai", "pydantic", "wandb")
+
+
+class Artifact(BaseModel):
+    """A file in the run directory and the hash of its content."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: Path
+    sha256: str
+
+    def verified(self) -> Path:
+        """The path, after checking the file is still the one that was written."""
+        if not self.path.exists():
+            raise FileNotFoundError(f"artifact {self.path} is missing; rerun the step that writes it")
+        actual = file_sha256(self.path)
+        if actual != self.sha256:
+            raise ValueError(f"artifact {self.path} changed since it was written (sha256 {actual[:12]}, "
+                             f"expected {self.sha256[:12]}); rerun with --refresh")
+        return self.path
+
+    def read_parquet(self) -> pl.DataFrame:
+        return pl.read_parquet(self.verified())
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def canonical_json(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def content_sha256(data: Any) -> str:
+    """Hash of JSON-able data (pydantic models are dumped first)."""
+    if isinstance(data, BaseModel):
+        data = data.model_dump(mode="json")
+    return hashlib.sha256(canonical_json(data).encode()).hexdigest()
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; rename it into place only if the block succeeds."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(handle)
+    try:
+        yield Path(temporary)
+        os.replace(temporary, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+
+
+def write_parquet(frame: pl.DataFrame, path: Path) -> Artifact:
+    with atomic_path(path) as temporary:
+        frame.write_parquet(temporary)
+    return Artifact(path=path, sha256=file_sha256(path))
+
+
+def write_json(data: Any, path: Path) -> Artifact:
+    with atomic_path(path) as temporary:
+        temporary.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    return Artifact(path=path, sha256=file_sha256(path))
+
+
+class RunDir:
+    """Paths of one run, as fixed by the run-directory contract in docs/architecture.md."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "manifest.json"
+
+    def stage1(self, name: str) -> Path:
+        return self.root / "stage1" / name
+
+    def shard(self, stage: str, kind: str, index: int) -> Path:
+        return self.root / stage / "shards" / kind / f"{kind}-{index:05d}.parquet"
+
+    @property
+    def prefect_results(self) -> Path:
+        """Prefect's persisted task results: inside the run, so deleting a run also drops its cache."""
+        return self.root / ".prefect-results"
+
+    def record(self, artifacts: dict[str, Artifact]) -> None:
+        """Add artifact hashes to the manifest (safe against concurrent writers)."""
+        with self._locked_manifest() as manifest:
+            recorded = manifest.setdefault("artifacts", {})
+            for name, artifact in artifacts.items():
+                recorded[name] = {"path": str(artifact.path.relative_to(self.root)), "sha256": artifact.sha256}
+
+    def start(self, config: BaseModel, config_path: Path | None = None) -> None:
+        """Write the run's identity to the manifest: config, its hash, package versions, git commit."""
+        with self._locked_manifest() as manifest:
+            manifest.update(
+                config=config.model_dump(mode="json"),
+                config_hash=content_sha256(config),
+                config_path=str(config_path) if config_path else None,
+                packages=package_versions(),
+                git_commit=git_commit(),
+            )
+
+    @contextlib.contextmanager
+    def _locked_manifest(self) -> Iterator[dict]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with (self.root / ".manifest.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            manifest = json.loads(self.manifest.read_text()) if self.manifest.exists() else {}
+            yield manifest
+            write_json(manifest, self.manifest)
+
+
+def package_versions() -> dict[str, str | None]:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def git_commit() -> str | None:
+    """The commit of the checkout the code runs from, with '+dirty' when it has local changes."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("+dirty" if dirty else "")

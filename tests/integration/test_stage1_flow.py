@@ -1,0 +1,167 @@
+"""`mascot run stage1 --until pairs` end to end: real Prefect (embedded server), real tiny models.
+
+Each run is a separate `mascot` process, as a user would start it, so a rerun really resumes from
+what the first process left on disk, and a SIGKILL really kills the flow mid-way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+MASCOT = str(Path(sys.executable).parent / "mascot")
+
+
+def write_config(folder: Path, name: str = "stage1", cache_dir: Path | None = None, **stage1) -> Path:
+    """configs/tiny.yaml, made smaller, writing runs under `folder`."""
+    config = yaml.safe_load((REPO / "configs" / "tiny.yaml").read_text())
+    if cache_dir is not None:
+        config["cache"] = {"dir": str(cache_dir)}
+    config["run"]["output_dir"] = str(folder / "runs")
+    config["data"]["roster"] = str(REPO / "configs" / "rosters" / "emotional_support.yaml")
+    config["data"]["users"] = str(REPO / "configs" / "users" / "big_five.yaml")
+    config["data"]["corpus"]["limit"] = 4
+    config["stage1"]["rubric"] = str(REPO / "configs" / "rubrics" / "emotional_support.yaml")
+    config["stage1"]["shard_size"] = 2
+    config["stage1"].update(stage1)
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def mascot_run(config: Path, run_name: str, **popen) -> subprocess.Popen:
+    return subprocess.Popen([MASCOT, "run", "stage1", "--config", str(config), "--run-name", run_name,
+                             "--until", "pairs"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            **popen)
+
+
+def finish(process: subprocess.Popen) -> str:
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 0, output[-5000:]
+    return output
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, tiny_models):
+    # The session's tiny models are already built in MASCOT_CACHE_DIR, so runs reuse them.
+    return tmp_path_factory.mktemp("stage1")
+
+
+@pytest.fixture(scope="module")
+def finished_run(workdir):
+    config = write_config(workdir)
+    finish(mascot_run(config, "uninterrupted"))
+    return config, workdir / "runs" / "uninterrupted"
+
+
+def test_pairs_respect_the_rules(finished_run):
+    config, run = finished_run
+    settings = yaml.safe_load(config.read_text())["stage1"]
+    k, margin = settings["k"], settings["margin"]
+    for name in ("contexts", "candidates", "judgments", "pairs"):
+        assert (run / "stage1" / f"{name}.parquet").exists(), name
+    candidates = pl.read_parquet(run / "stage1" / "candidates.parquet")
+    judgments = pl.read_parquet(run / "stage1" / "judgments.parquet")
+    pairs = pl.read_parquet(run / "stage1" / "pairs.parquet")
+    assert candidates.group_by("query_id").len()["len"].to_list() == [k] * candidates["query_id"].n_unique()
+    assert pairs.height > 0
+    assert pairs.group_by("query_id").len()["len"].max() <= k * (k - 1) // 2
+    assert (pairs["margin"] >= margin - 1e-9).all()
+    assert (pairs["chosen"].str.strip_chars() != pairs["rejected"].str.strip_chars()).all()
+    failed = judgments.filter(~pl.col("ok")).select("query_id", "candidate_idx")
+    for side in ("chosen_idx", "rejected_idx"):
+        used = pairs.select("query_id", pl.col(side).alias("candidate_idx"))
+        assert used.join(failed, on=["query_id", "candidate_idx"]).height == 0
+    assert {"query_id", "persona", "prompt", "chosen", "rejected", "chosen_score", "rejected_score",
+            "margin"} <= set(pairs.columns)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["config_hash"] and "stage1/pairs" in manifest["artifacts"]
+    summary = json.loads((run / "stage1" / "summary.json").read_text())
+    assert summary["counts"]["pairs"] == pairs.height
+    assert list((run / "wandb").glob("offline-run-*")), "the run logged to an offline wandb run"
+
+
+def test_rerun_makes_no_backend_requests(finished_run):
+    config, run = finished_run
+    before = (run / "stage1" / "pairs.parquet").read_bytes()
+    finish(mascot_run(config, "uninterrupted"))
+    summary = json.loads((run / "stage1" / "summary.json").read_text())
+    # Every backend request goes through the request cache, so a miss is a request that reached it.
+    assert summary["request_cache"]["misses"] == 0
+    assert (run / "stage1" / "pairs.parquet").read_bytes() == before
+
+
+def test_sigkill_mid_run_then_resume_gives_the_same_pairs(finished_run, workdir, tiny_models):
+    _, reference = finished_run
+    # A fresh request cache, so the killed run really samples and judges (the tiny models are shared).
+    cache = workdir / "killed-cache"
+    cache.mkdir()
+    (cache / "tiny-models").symlink_to(tiny_models.lm.parents[1])
+    config = write_config(workdir, "killed", cache_dir=cache)
+    run = workdir / "runs" / "killed"
+    process = mascot_run(config, "killed", start_new_session=True)
+    judged = run / "stage1" / "shards" / "judgments"
+    deadline = time.monotonic() + 300
+    while not (judged.exists() and any(judged.glob("*.parquet"))):
+        assert process.poll() is None, process.communicate()[0][-5000:]
+        assert time.monotonic() < deadline, "no judgment shard appeared"
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not (run / "stage1" / "pairs.parquet").exists(), "the kill came too late to test resuming"
+    finish(mascot_run(config, "killed"))
+    resumed = pl.read_parquet(run / "stage1" / "pairs.parquet")
+    expected = pl.read_parquet(reference / "stage1" / "pairs.parquet")
+    assert resumed.equals(expected)
+
+
+def served_config(workdir: Path, url: str, model: str, name: str, max_failure_rate: float) -> Path:
+    """Sampling and an LLM judge both on `transformers serve`; the tiny judge cannot meet the schema."""
+    server = {"kind": "openai", "model": model, "base_url": url, "timeout_s": 60, "max_retries": 1}
+    judge_backend = {**server, "params": {"temperature": 1.0, "max_new_tokens": 12}}
+    path = write_config(workdir, name, k=2, max_judge_failure_rate=max_failure_rate,
+                        judges=[{"kind": "heuristic"},
+                                {"kind": "llm", "name": "tiny-judge", "backend": judge_backend, "max_attempts": 2}])
+    config = yaml.safe_load(path.read_text())
+    config["generation"] = {**server, "params": {"max_new_tokens": 16}}
+    config["data"]["corpus"]["limit"] = 2
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def test_llm_judge_failures_are_counted_and_the_threshold_applies(served, workdir):
+    model, url, log = served
+    strict = served_config(workdir, url, model, "strict", max_failure_rate=0.4)  # half will fail
+    process = mascot_run(strict, "strict")
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode != 0
+    assert "judgments failed" in output and "tiny-judge" in output and "max_judge_failure_rate" in output
+
+    lenient = served_config(workdir, url, model, "lenient", max_failure_rate=1.0)
+    finish(mascot_run(lenient, "lenient"))
+    run = workdir / "runs" / "lenient"
+    judgments = pl.read_parquet(run / "stage1" / "judgments.parquet")
+    failed = judgments.filter(~pl.col("ok"))
+    assert set(failed["judge"]) == {"tiny-judge"} and failed.height == judgments.height // 2
+    assert failed["overall"].null_count() == failed.height and (failed["attempts"] == 2).all()
+    summary = json.loads((run / "stage1" / "summary.json").read_text())
+    assert summary["counts"]["judge_failures"] == failed.height
+    # A candidate enters pairs only when every judge scored it, so none does here.
+    assert pl.read_parquet(run / "stage1" / "pairs.parquet").height == 0
+
+    before = log.chat_requests()
+    finish(mascot_run(lenient, "lenient"))
+    time.sleep(0.5)
+    assert log.chat_requests() == before, "a finished run, rerun, sends nothing to the server"
