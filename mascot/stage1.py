@@ -140,7 +140,7 @@ def make_judges(judges: list[JudgeConfig], rubric: Rubric, model_paths: dict[str
 
 def judge_shard(
     judges: list[Judge], rubric: Rubric, seed: int, contexts: Artifact, roster: Roster, candidates: Artifact,
-    out: Path,
+    out: Path, cache: RequestCache | None = None,
 ) -> Artifact:
     """Every judge scores every candidate of one shard; failures are recorded, never scored."""
     context_by_id = read_contexts(contexts)
@@ -150,7 +150,10 @@ def judge_shard(
                   candidate=row["text"])
         for row in candidates.read_parquet().iter_rows(named=True)
     ]
-    judgments = asyncio.run(JudgePanel(judges, aggregation="mean").judge_all(items, seed))
+    panel = JudgePanel(judges, aggregation="mean")
+    hits = (lambda: cache.hits) if cache is not None else (lambda: 0)
+    with shard_progress(f"judging {out.stem}", len(items) * len(judges), hits) as row:
+        judgments = asyncio.run(panel.judge_all(items, seed, on_start=row.started, on_done=lambda _: row.finished()))
     return write_parquet(judgments_frame(judgments, rubric), out)
 
 

@@ -54,7 +54,8 @@ def judge_candidates(judges: list[JudgeConfig], model_paths: dict[str, str], rub
                      contexts: Artifact, roster: Roster, candidates: Artifact, request_cache: Path,
                      out: Path) -> Artifact:
     panel = stage1.make_judges(judges, rubric, model_paths, request_cache)
-    return stage1.judge_shard(panel, rubric, seed, contexts, roster, candidates, out)
+    return stage1.judge_shard(panel, rubric, seed, contexts, roster, candidates, out,
+                              cache=stage1.shared_cache(request_cache))
 
 
 @task(**CACHED)

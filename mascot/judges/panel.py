@@ -54,7 +54,8 @@ class JudgePanel:
         return [judge.name for judge in self.judges]
 
     async def judge_all(
-        self, items: Sequence[JudgeItem], seed: int, on_done: Callable[[Judgment], None] | None = None
+        self, items: Sequence[JudgeItem], seed: int, on_done: Callable[[Judgment], None] | None = None,
+        on_start: Callable[[], None] | None = None,
     ) -> list[Judgment]:
         """Every judge scores every item, all at once (the backends limit concurrency).
 
@@ -64,6 +65,8 @@ class JudgePanel:
 
         async def one(item: JudgeItem, judge: Judge) -> Judgment:
             judgment_seed = request_seed(seed, judge.name, item.query_id, str(item.candidate_idx))
+            if on_start is not None:
+                on_start()
             judgment = await judge.judge(item, judgment_seed)
             if on_done is not None:
                 on_done(judgment)
