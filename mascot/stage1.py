@@ -95,8 +95,7 @@ def sample_shard(
 ) -> Artifact:
     """K candidates for each query of one shard, written to a shard parquet file."""
     queries = _queries(query_ids, read_contexts(contexts), roster)
-    hits = (lambda: cache.hits) if cache is not None else (lambda: 0)
-    with shard_progress(f"sampling {out.stem}", len(queries), hits) as row:
+    with shard_progress(f"sampling {out.stem}", len(queries), _hits(cache)) as row:
         results = asyncio.run(sample_candidates(backend, queries, k, generation.params, seed,
                                                 on_start=row.started, on_done=row.finished))
     sampling = json.dumps({**generation.params.model_dump(mode="json"), "seed": seed}, sort_keys=True)
@@ -106,6 +105,10 @@ def sample_shard(
         for r in results for i, text in enumerate(r.texts)
     ]
     return write_parquet(pl.DataFrame(rows, schema=_candidate_schema()), out)
+
+
+def _hits(cache: RequestCache | None):
+    return (lambda: cache.hits) if cache is not None else (lambda: 0)
 
 
 def _candidate_schema() -> dict:
@@ -151,8 +154,7 @@ def judge_shard(
         for row in candidates.read_parquet().iter_rows(named=True)
     ]
     panel = JudgePanel(judges, aggregation="mean")
-    hits = (lambda: cache.hits) if cache is not None else (lambda: 0)
-    with shard_progress(f"judging {out.stem}", len(items) * len(judges), hits) as row:
+    with shard_progress(f"judging {out.stem}", len(items) * len(judges), _hits(cache)) as row:
         judgments = asyncio.run(panel.judge_all(items, seed, on_start=row.started, on_done=lambda _: row.finished()))
     return write_parquet(judgments_frame(judgments, rubric), out)
 

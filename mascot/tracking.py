@@ -74,11 +74,16 @@ def log_to_wandb(config: RunConfig, job: str, summary: dict[str, Any], pairs: pl
     try:
         flat = {f"{job}/count/{k}": v for k, v in summary["counts"].items()}
         flat[f"{job}/judge_failure_rate"] = summary["judge_failures"]["rate"]
-        flat.update({f"{job}/score_mean/{k}": v["mean"] for k, v in summary["scores"].items() if v["n"]})
+        for name, dist in summary["scores"].items():
+            if dist["n"]:
+                flat[f"{job}/score_mean/{name}"] = dist["mean"]
+                histogram = dist["histogram"]
+                flat[f"{job}/score/{name}"] = wandb.Histogram(np_histogram=(histogram["counts"], histogram["edges"]))
         flat.update({f"{job}/request_cache/{k}": v for k, v in summary["request_cache"].items()})
         flat[f"{job}/pairs_per_query_mean"] = summary["pairs"]["pairs_per_query_mean"]
         if pairs.height:
             flat[f"{job}/margin"] = wandb.Histogram(pairs["margin"].to_numpy())
+            flat[f"{job}/pairs_per_query"] = wandb.Histogram(pairs.group_by("query_id").len()["len"].to_numpy())
         rows = summary["scores_by_persona"]
         if rows:
             flat[f"{job}/scores_by_persona"] = wandb.Table(columns=list(rows[0]), data=[list(r.values()) for r in rows])

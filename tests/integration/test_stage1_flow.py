@@ -165,3 +165,19 @@ def test_llm_judge_failures_are_counted_and_the_threshold_applies(served, workdi
     finish(mascot_run(lenient, "lenient"))
     time.sleep(0.5)
     assert log.chat_requests() == before, "a finished run, rerun, sends nothing to the server"
+
+
+def test_a_rubric_change_reruns_judging_but_not_sampling(workdir):
+    rubric = yaml.safe_load((REPO / "configs" / "rubrics" / "emotional_support.yaml").read_text())
+    path = workdir / "rubric.yaml"
+    path.write_text(yaml.safe_dump(rubric, sort_keys=False))
+    config = write_config(workdir, "rubric-change", rubric=str(path))
+    finish(mascot_run(config, "rubric-change"))
+    rubric["criteria"].pop()  # one criterion fewer: other overall scores, so other pairs
+    path.write_text(yaml.safe_dump(rubric, sort_keys=False))
+    output = finish(mascot_run(config, "rubric-change"))
+    states = {step: [line for line in output.splitlines() if f"Task run '{step}-" in line]
+              for step in ("sample_candidates", "judge_candidates", "build_pairs")}
+    assert states["sample_candidates"] and all("Cached" in line for line in states["sample_candidates"])
+    assert states["judge_candidates"] and not any("Cached" in line for line in states["judge_candidates"])
+    assert states["build_pairs"] and "Cached" not in states["build_pairs"][0]

@@ -1,0 +1,80 @@
+"""Run-directory artifacts: atomic writes, content hashes, manifest, explicit cache keys."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+
+import polars as pl
+import pytest
+
+from mascot.artifacts import Artifact, RunDir, write_json, write_parquet
+from mascot.judges.rubrics import load_rubric
+from tasks.caching import artifact_cache_key
+
+
+def test_write_parquet_is_atomic_and_hashed(tmp_path):
+    path = tmp_path / "stage1" / "pairs.parquet"
+    artifact = write_parquet(pl.DataFrame({"a": [1, 2]}), path)
+    assert artifact.read_parquet()["a"].to_list() == [1, 2]
+    assert write_parquet(pl.DataFrame({"a": [1, 2]}), path).sha256 == artifact.sha256  # same content, same hash
+
+    class Killed(Exception):
+        pass
+
+    with pytest.raises(Killed), pytest.MonkeyPatch.context() as patch:
+        def crash(self, target, **kwargs):
+            target.write_bytes(b"half a file")
+            raise Killed
+
+        patch.setattr(pl.DataFrame, "write_parquet", crash)
+        write_parquet(pl.DataFrame({"a": [3]}), path)
+    assert artifact.read_parquet()["a"].to_list() == [1, 2], "the old artifact survives a failed write"
+    assert [p.name for p in path.parent.iterdir()] == ["pairs.parquet"], "no temporary file is left"
+
+
+def test_changed_or_missing_artifacts_are_refused(tmp_path):
+    artifact = write_json({"x": 1}, tmp_path / "a.json")
+    artifact.path.write_text('{"x": 2}')
+    with pytest.raises(ValueError, match="changed since it was written"):
+        artifact.verified()
+    artifact.path.unlink()
+    with pytest.raises(FileNotFoundError, match="is missing"):
+        artifact.verified()
+
+
+def test_manifest_records_config_and_concurrent_artifacts(tmp_path, tiny_config):
+    run = RunDir(tmp_path / "run")
+    run.start(tiny_config)
+
+    def record(i: int) -> None:
+        run.record({f"shard/{i}": write_json({"i": i}, run.root / f"{i}.json")})
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(record, range(20)))
+    manifest = json.loads(run.manifest.read_text())
+    assert len(manifest["artifacts"]) == 20
+    assert manifest["config"]["run"]["name"] == "tiny" and len(manifest["config_hash"]) == 64
+    assert manifest["packages"]["polars"] and "git_commit" in manifest
+
+
+def _key(fn, **parameters) -> str:
+    return artifact_cache_key(SimpleNamespace(task=SimpleNamespace(name="judge", fn=fn)), parameters)
+
+
+def test_cache_key_follows_source_config_slice_and_input_hashes(tmp_path, tiny_config):
+    def judge(rubric, candidates):
+        return rubric, candidates
+
+    def judge_v2(rubric, candidates):  # the same parameters, other source
+        return candidates, rubric
+
+    rubric = load_rubric(tiny_config.stage1.rubric)
+    shard = Artifact(path=tmp_path / "shard.parquet", sha256="a" * 64)
+    key = _key(judge, rubric=rubric, candidates=shard)
+    assert key == _key(judge, rubric=load_rubric(tiny_config.stage1.rubric), candidates=shard)
+    changed = rubric.model_copy(update={"name": rubric.name + " v2"})
+    assert _key(judge, rubric=changed, candidates=shard) != key
+    assert _key(judge, rubric=rubric, candidates=shard.model_copy(update={"sha256": "b" * 64})) != key
+    assert _key(judge_v2, rubric=rubric, candidates=shard) != key
