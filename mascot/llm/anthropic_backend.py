@@ -33,11 +33,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import weakref
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import urlparse
 
 try:
     import anthropic
@@ -51,109 +48,42 @@ from mascot.llm.base import (
     BackendRequestError,
     BackendUnavailable,
     MessageLike,
-    MissingAPIKey,
     check_n,
     normalize_messages,
     truncate_at_stop,
 )
+from mascot.llm.remote import RemoteBackend
 
 log = logging.getLogger(__name__)
 
-ANTHROPIC_DEFAULT_URL = "https://api.anthropic.com"
-DEFAULT_API_KEY_ENV = "ANTHROPIC_API_KEY"
-# Loopback test servers and proxies accept any key; the client insists on one being set.
-PLACEHOLDER_KEY = "EMPTY"
 RETRYABLE_STATUS = {408, 409, 429}
 API_DEFAULT_TEMPERATURE = 1.0
 JSON_TOOL_NAME = "json_output"  # the forced tool for {"type": "json_object"}
 
 
-def is_anthropic_url(base_url: str | None) -> bool:
-    host = urlparse(base_url or ANTHROPIC_DEFAULT_URL).hostname or ""
-    return host == "anthropic.com" or host.endswith(".anthropic.com")
-
-
-class AnthropicBackend:
+class AnthropicBackend(RemoteBackend):
     """Async client for one Claude model. One client and semaphore per event loop, as in `OpenAIBackend`."""
 
     kind = "anthropic"
+    default_url = "https://api.anthropic.com"
+    vendor_domain = "anthropic.com"
+    default_key_envs = ("ANTHROPIC_API_KEY",)
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str | None = None,
-        api_key_env: str | None = None,
-        max_concurrency: int = 16,
-        timeout_s: float = 120.0,
-        max_retries: int = 4,
-    ):
-        self.model = model
-        self.base_url = base_url
-        self.api_key_env = api_key_env or DEFAULT_API_KEY_ENV
-        self.max_concurrency = max_concurrency
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
-        self.requests_sent = 0  # HTTP requests, retries included: what the server sees
-        self.calls_made = 0  # successful Messages calls
-        self.empty_replies = 0  # replies with neither text nor the forced tool call
+    def __init__(self, model: str, **options):
+        super().__init__(model, **options)
         self.sends_temperature = True  # turned off once the model refuses the field
-        self._api_key()  # fail now, not at the first request, when the key is missing
-        self._per_loop: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-    @property
-    def url(self) -> str:
-        return self.base_url or ANTHROPIC_DEFAULT_URL
-
-    def __repr__(self) -> str:
-        # Deliberately no key, and no client (whose repr could show headers).
-        return f"AnthropicBackend(model={self.model!r}, url={self.url!r})"
-
-    def _api_key(self) -> str:
-        # Read from the environment each time it is needed, so the key is never kept on self.
-        key = os.environ.get(self.api_key_env)
-        if key:
-            return key
-        if is_anthropic_url(self.base_url):
-            raise MissingAPIKey(
-                f"the environment variable {self.api_key_env} is not set; it must hold the Anthropic "
-                f"API key for {self.url} (or set api_key_env to the variable that holds it)"
-            )
-        return PLACEHOLDER_KEY
-
-    def __getstate__(self) -> dict:
-        # Picklable for worker processes: clients belong to one process's event loops.
-        return {**self.__dict__, "_per_loop": None}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _per_loop=weakref.WeakKeyDictionary())
-
-    async def _count_request(self, _request) -> None:
-        # An httpx event hook: it fires for every attempt, so retries are counted too.
-        self.requests_sent += 1
-
-    def _loop_state(self) -> tuple[anthropic.AsyncAnthropic, asyncio.Semaphore]:
-        loop = asyncio.get_running_loop()
-        state = self._per_loop.get(loop)
-        if state is None:
-            http_client = anthropic.DefaultAsyncHttpxClient(event_hooks={"request": [self._count_request]})
-            client = anthropic.AsyncAnthropic(
-                # An explicit key also stops the SDK from looking for profiles and other credentials.
-                api_key=self._api_key(),
-                base_url=self.url,  # explicit, so an ANTHROPIC_BASE_URL variable cannot redirect it silently
-                timeout=self.timeout_s,
-                max_retries=self.max_retries,
-                http_client=http_client,
-            )
-            state = (client, asyncio.Semaphore(self.max_concurrency))
-            self._per_loop[loop] = state
-        return state
-
-    async def aclose(self) -> None:
-        """Close this event loop's HTTP client (optional; clients of finished loops are dropped)."""
-        state = self._per_loop.pop(asyncio.get_running_loop(), None)
-        if state is not None:
-            await state[0].close()
+    def _open(self) -> tuple[anthropic.AsyncAnthropic, asyncio.Semaphore]:
+        http_client = anthropic.DefaultAsyncHttpxClient(event_hooks={"request": [self._count_request]})
+        client = anthropic.AsyncAnthropic(
+            # An explicit key also stops the SDK from looking for profiles and other credentials.
+            api_key=self._api_key(),
+            base_url=self.url,  # explicit, so an ANTHROPIC_BASE_URL variable cannot redirect it silently
+            timeout=self.timeout_s,
+            max_retries=self.max_retries,
+            http_client=http_client,
+        )
+        return client, asyncio.Semaphore(self.max_concurrency)
 
     async def generate(
         self,

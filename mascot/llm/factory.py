@@ -9,7 +9,6 @@ from mascot.llm.cache import CachedBackend, RequestCache
 VENDOR_KINDS = ("anthropic", "google")
 # Without `api_key_env`, each backend reads its vendor's usual variable: OPENAI_API_KEY,
 # ANTHROPIC_API_KEY, or GOOGLE_API_KEY then GEMINI_API_KEY.
-OPENAI_KEY_ENV = "OPENAI_API_KEY"
 
 
 def make_backend(
@@ -28,7 +27,7 @@ def make_backend(
         backend: LLMBackend = OpenAIBackend(
             config.model,
             base_url=config.base_url,
-            api_key_env=config.api_key_env or OPENAI_KEY_ENV,
+            api_key_env=config.api_key_env,
             max_concurrency=config.max_concurrency,
             timeout_s=config.timeout_s,
             max_retries=config.max_retries,

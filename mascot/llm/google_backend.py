@@ -34,10 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import weakref
 from collections.abc import Sequence
-from urllib.parse import urlparse
 
 try:
     import httpx2  # google-genai's own HTTP client library
@@ -54,117 +51,51 @@ from mascot.llm.base import (
     BackendRequestError,
     BackendUnavailable,
     MessageLike,
-    MissingAPIKey,
     check_n,
     normalize_messages,
     truncate_at_stop,
 )
+from mascot.llm.remote import RemoteBackend
 
 log = logging.getLogger(__name__)
 
-GOOGLE_DEFAULT_URL = "https://generativelanguage.googleapis.com"
-# The same variables, in the same order, as the SDK reads when it is given no key.
-DEFAULT_API_KEY_ENVS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
-# Loopback test servers and proxies accept any key; the client insists on one being set.
-PLACEHOLDER_KEY = "EMPTY"
 RETRYABLE_STATUS = {408, 409, 429}
 MAX_CANDIDATES = 8  # the Gemini API's upper bound on candidate_count
 SEED_MODULUS = 2**31
 
 
-def is_google_url(base_url: str | None) -> bool:
-    host = urlparse(base_url or GOOGLE_DEFAULT_URL).hostname or ""
-    return host == "googleapis.com" or host.endswith(".googleapis.com")
-
-
-class GoogleBackend:
+class GoogleBackend(RemoteBackend):
     """Async client for one Gemini model. One client and semaphore per event loop, as in `OpenAIBackend`."""
 
     kind = "google"
+    default_url = "https://generativelanguage.googleapis.com"
+    vendor_domain = "googleapis.com"
+    # The same variables, in the same order, as the SDK reads when it is given no key.
+    default_key_envs = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str | None = None,
-        api_key_env: str | None = None,
-        max_concurrency: int = 16,
-        timeout_s: float = 120.0,
-        max_retries: int = 4,
-        retry_delay_s: float = 1.0,
-    ):
-        self.model = model
-        self.base_url = base_url
-        self.api_key_env = api_key_env  # None: GOOGLE_API_KEY, then GEMINI_API_KEY
-        self.max_concurrency = max_concurrency
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
+    def __init__(self, model: str, *, retry_delay_s: float = 1.0, **options):
+        super().__init__(model, **options)
         self.retry_delay_s = retry_delay_s  # first backoff; it doubles per retry (plus jitter)
-        self.requests_sent = 0  # HTTP requests, retries included: what the server sees
-        self.calls_made = 0  # successful generateContent calls
-        self.empty_replies = 0  # candidates without text (blocked, or cut off before any text)
         self.multi_candidate = True  # turned off once the model refuses candidate_count > 1
-        self._api_key()  # fail now, not at the first request, when the key is missing
-        self._per_loop: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-    @property
-    def url(self) -> str:
-        return self.base_url or GOOGLE_DEFAULT_URL
+    def _open(self) -> tuple[genai.Client, httpx2.AsyncClient, asyncio.Semaphore]:
+        http_client = httpx2.AsyncClient(event_hooks={"request": [self._count_request]})
+        options = types.HttpOptions(
+            base_url=self.url,
+            timeout=round(self.timeout_s * 1000),  # milliseconds
+            retry_options=types.HttpRetryOptions(
+                attempts=self.max_retries + 1,  # the SDK counts the first try as an attempt
+                initial_delay=self.retry_delay_s,
+                jitter=self.retry_delay_s,
+            ),
+            httpx_async_client=http_client,
+        )
+        # vertexai=False: a GOOGLE_GENAI_USE_VERTEXAI variable must not switch APIs silently.
+        client = genai.Client(api_key=self._api_key(), vertexai=False, http_options=options)
+        return client, http_client, asyncio.Semaphore(self.max_concurrency)
 
-    def __repr__(self) -> str:
-        # Deliberately no key, and no client (whose repr could show headers).
-        return f"GoogleBackend(model={self.model!r}, url={self.url!r})"
-
-    def _api_key(self) -> str:
-        # Read from the environment each time it is needed, so the key is never kept on self.
-        names = (self.api_key_env,) if self.api_key_env else DEFAULT_API_KEY_ENVS
-        for name in names:
-            if os.environ.get(name):
-                return os.environ[name]
-        if is_google_url(self.base_url):
-            raise MissingAPIKey(
-                f"the environment variable {' or '.join(names)} is not set; it must hold the Gemini API "
-                f"key for {self.url} (or set api_key_env to the variable that holds it)"
-            )
-        return PLACEHOLDER_KEY
-
-    def __getstate__(self) -> dict:
-        # Picklable for worker processes: clients belong to one process's event loops.
-        return {**self.__dict__, "_per_loop": None}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _per_loop=weakref.WeakKeyDictionary())
-
-    async def _count_request(self, _request) -> None:
-        # An httpx event hook: it fires for every attempt, so retries are counted too.
-        self.requests_sent += 1
-
-    def _loop_state(self) -> tuple[genai.Client, httpx2.AsyncClient, asyncio.Semaphore]:
-        loop = asyncio.get_running_loop()
-        state = self._per_loop.get(loop)
-        if state is None:
-            http_client = httpx2.AsyncClient(event_hooks={"request": [self._count_request]})
-            options = types.HttpOptions(
-                base_url=self.url,
-                timeout=round(self.timeout_s * 1000),  # milliseconds
-                retry_options=types.HttpRetryOptions(
-                    attempts=self.max_retries + 1,  # the SDK counts the first try as an attempt
-                    initial_delay=self.retry_delay_s,
-                    jitter=self.retry_delay_s,
-                ),
-                httpx_async_client=http_client,
-            )
-            # vertexai=False: a GOOGLE_GENAI_USE_VERTEXAI variable must not switch APIs silently.
-            client = genai.Client(api_key=self._api_key(), vertexai=False, http_options=options)
-            state = (client, http_client, asyncio.Semaphore(self.max_concurrency))
-            self._per_loop[loop] = state
-        return state
-
-    async def aclose(self) -> None:
-        """Close this event loop's HTTP client (optional; clients of finished loops are dropped)."""
-        state = self._per_loop.pop(asyncio.get_running_loop(), None)
-        if state is not None:
-            await state[1].aclose()  # ours, so the SDK leaves closing it to us
+    async def _close(self, state) -> None:
+        await state[1].aclose()  # our HTTP client, so the SDK leaves closing it to us
 
     async def generate(
         self,

@@ -18,10 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import weakref
 from collections.abc import Sequence
-from urllib.parse import urlparse
 
 import openai
 
@@ -31,26 +28,18 @@ from mascot.llm.base import (
     BackendRequestError,
     BackendUnavailable,
     MessageLike,
-    MissingAPIKey,
     check_n,
     normalize_messages,
     truncate_at_stop,
 )
+from mascot.llm.remote import RemoteBackend
 
 log = logging.getLogger(__name__)
 
-OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
-# Servers other than OpenAI's usually accept any key; the client insists on one being set.
-PLACEHOLDER_KEY = "EMPTY"
 RETRYABLE_STATUS = {408, 409, 429}
 
 
-def is_openai_url(base_url: str | None) -> bool:
-    host = urlparse(base_url or OPENAI_DEFAULT_URL).hostname or ""
-    return host == "openai.com" or host.endswith(".openai.com")
-
-
-class OpenAIBackend:
+class OpenAIBackend(RemoteBackend):
     """Async client for one model on an OpenAI-compatible server.
 
     The client and the concurrency semaphore belong to an event loop, so one is made per loop:
@@ -58,81 +47,20 @@ class OpenAIBackend:
     """
 
     kind = "openai"
+    default_url = "https://api.openai.com/v1"
+    vendor_domain = "openai.com"
+    default_key_envs = ("OPENAI_API_KEY",)
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str | None = None,
-        api_key_env: str = "OPENAI_API_KEY",
-        max_concurrency: int = 16,
-        timeout_s: float = 120.0,
-        max_retries: int = 4,
-    ):
-        self.model = model
-        self.base_url = base_url
-        self.api_key_env = api_key_env
-        self.max_concurrency = max_concurrency
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
-        self.requests_sent = 0  # HTTP requests, retries included: what the server sees
-        self.calls_made = 0  # successful chat-completion calls
-        self.empty_replies = 0  # choices whose content was None
-        self._api_key()  # fail now, not at the first request, when the key is missing
-        self._per_loop: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-    @property
-    def url(self) -> str:
-        return self.base_url or OPENAI_DEFAULT_URL
-
-    def __repr__(self) -> str:
-        # Deliberately no key, and no client (whose repr could show headers).
-        return f"OpenAIBackend(model={self.model!r}, url={self.url!r})"
-
-    def _api_key(self) -> str:
-        # Read from the environment each time it is needed, so the key is never kept on self.
-        key = os.environ.get(self.api_key_env)
-        if key:
-            return key
-        if is_openai_url(self.base_url):
-            raise MissingAPIKey(
-                f"the environment variable {self.api_key_env} is not set; it must hold the API key "
-                f"for {self.url} (or set base_url to a local vLLM / transformers serve server)"
-            )
-        return PLACEHOLDER_KEY
-
-    def __getstate__(self) -> dict:
-        # Picklable for worker processes: clients belong to one process's event loops.
-        return {**self.__dict__, "_per_loop": None}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _per_loop=weakref.WeakKeyDictionary())
-
-    async def _count_request(self, _request) -> None:
-        # An httpx event hook: it fires for every attempt, so retries are counted too.
-        self.requests_sent += 1
-
-    def _loop_state(self) -> tuple[openai.AsyncOpenAI, asyncio.Semaphore]:
-        loop = asyncio.get_running_loop()
-        state = self._per_loop.get(loop)
-        if state is None:
-            http_client = openai.DefaultAsyncHttpxClient(event_hooks={"request": [self._count_request]})
-            client = openai.AsyncOpenAI(
-                api_key=self._api_key(),
-                base_url=self.url,  # explicit, so an OPENAI_BASE_URL variable cannot redirect it silently
-                timeout=self.timeout_s,
-                max_retries=self.max_retries,
-                http_client=http_client,
-            )
-            state = (client, asyncio.Semaphore(self.max_concurrency))
-            self._per_loop[loop] = state
-        return state
-
-    async def aclose(self) -> None:
-        """Close this event loop's HTTP client (optional; clients of finished loops are dropped)."""
-        state = self._per_loop.pop(asyncio.get_running_loop(), None)
-        if state is not None:
-            await state[0].close()
+    def _open(self) -> tuple[openai.AsyncOpenAI, asyncio.Semaphore]:
+        http_client = openai.DefaultAsyncHttpxClient(event_hooks={"request": [self._count_request]})
+        client = openai.AsyncOpenAI(
+            api_key=self._api_key(),
+            base_url=self.url,  # explicit, so an OPENAI_BASE_URL variable cannot redirect it silently
+            timeout=self.timeout_s,
+            max_retries=self.max_retries,
+            http_client=http_client,
+        )
+        return client, asyncio.Semaphore(self.max_concurrency)
 
     async def generate(
         self,
