@@ -29,6 +29,9 @@ from mascot.progress import shard_progress
 from mascot.prompts import speaker_messages
 from mascot.roster import Roster
 
+CANDIDATE_SCHEMA = {"query_id": pl.String, "context_id": pl.String, "persona": pl.String, "candidate_idx": pl.Int64,
+                    "text": pl.String, "model": pl.String, "sampling": pl.String}
+
 
 class PairSettings(BaseModel):
     """The slice of `stage1` config that decides the pairs (and so their cache key)."""
@@ -104,16 +107,11 @@ def sample_shard(
          "candidate_idx": i, "text": text, "model": backend.model, "sampling": sampling}
         for r in results for i, text in enumerate(r.texts)
     ]
-    return write_parquet(pl.DataFrame(rows, schema=_candidate_schema()), out)
+    return write_parquet(pl.DataFrame(rows, schema=CANDIDATE_SCHEMA), out)
 
 
 def _hits(cache: RequestCache | None):
     return (lambda: cache.hits) if cache is not None else (lambda: 0)
-
-
-def _candidate_schema() -> dict:
-    return {"query_id": pl.String, "context_id": pl.String, "persona": pl.String, "candidate_idx": pl.Int64,
-            "text": pl.String, "model": pl.String, "sampling": pl.String}
 
 
 _caches: dict[Path, RequestCache] = {}
