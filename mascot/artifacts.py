@@ -11,6 +11,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ PACKAGES = ("mascot", "torch", "transformers", "trl", "peft", "accelerate", "dat
 
 
 class Artifact(BaseModel):
-    """A file in the run directory and the hash of its content."""
+    """A file or folder in the run directory and the hash of its content."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -37,7 +38,7 @@ class Artifact(BaseModel):
         """The path, after checking the file is still the one that was written."""
         if not self.path.exists():
             raise FileNotFoundError(f"artifact {self.path} is missing; rerun the step that writes it")
-        actual = file_sha256(self.path)
+        actual = path_sha256(self.path)
         if actual != self.sha256:
             raise ValueError(f"artifact {self.path} changed since it was written (sha256 {actual[:12]}, "
                              f"expected {self.sha256[:12]}); rerun with --refresh")
@@ -52,6 +53,16 @@ def file_sha256(path: Path) -> str:
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
+    return digest.hexdigest()
+
+
+def path_sha256(path: Path) -> str:
+    """A file's SHA-256; for a folder, the SHA-256 of its files' relative paths and hashes."""
+    if not path.is_dir():
+        return file_sha256(path)
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(f"{file.relative_to(path).as_posix()}\0{file_sha256(file)}\n".encode())
     return digest.hexdigest()
 
 
@@ -80,6 +91,28 @@ def atomic_path(path: Path) -> Iterator[Path]:
             os.unlink(temporary)
 
 
+@contextlib.contextmanager
+def atomic_dir(path: Path) -> Iterator[Path]:
+    """Yield an empty staging folder beside `path`; it replaces `path` only if the block succeeds."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield staging
+        if path.exists():  # a folder cannot be renamed over a folder: move the old one aside first
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            os.replace(path, old / path.name)
+            os.replace(staging, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(staging, path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def dir_artifact(path: Path) -> Artifact:
+    return Artifact(path=path, sha256=path_sha256(path))
+
+
 def write_parquet(frame: pl.DataFrame, path: Path) -> Artifact:
     with atomic_path(path) as temporary:
         frame.write_parquet(temporary)
@@ -89,6 +122,12 @@ def write_parquet(frame: pl.DataFrame, path: Path) -> Artifact:
 def write_json(data: Any, path: Path) -> Artifact:
     with atomic_path(path) as temporary:
         temporary.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    return Artifact(path=path, sha256=file_sha256(path))
+
+
+def write_text(text: str, path: Path) -> Artifact:
+    with atomic_path(path) as temporary:
+        temporary.write_text(text)
     return Artifact(path=path, sha256=file_sha256(path))
 
 
@@ -107,6 +146,12 @@ class RunDir:
 
     def shard(self, stage: str, kind: str, index: int) -> Path:
         return self.root / stage / "shards" / kind / f"{kind}-{index:05d}.parquet"
+
+    def checkpoints(self, stage: str, name: str, *inputs: BaseModel) -> Path:
+        """Training checkpoints of one set of inputs (settings, artifacts): a retry of the same training
+        resumes there, while changed inputs get a folder of their own and start afresh."""
+        key = content_sha256([item.model_dump(mode="json") for item in inputs])
+        return self.root / stage / "checkpoints" / f"{name}-{key[:16]}"
 
     @property
     def prefect_results(self) -> Path:

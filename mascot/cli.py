@@ -4,6 +4,7 @@
     mascot data preview --config configs/tiny.yaml
     mascot models build --config configs/tiny.yaml
     mascot sample --config configs/tiny.yaml    K candidates per (context, persona)
+    mascot run stage1 --config configs/tiny.yaml    pairs, persona reward model, GRPO Speaker
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 from contextlib import contextmanager
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -199,37 +201,45 @@ PREFECT_DEFAULTS = {"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "60",
                     "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
 
 
+class Stage1Step(str, Enum):
+    pairs = "pairs"
+    persona_rm = "persona_rm"
+    speaker = "speaker"
+
+
 @run_app.command("stage1")
 def run_stage1(
     config: ConfigOption,
     run_name: Annotated[str | None, typer.Option(help="Override run.name (the run directory's name).")] = None,
-    until: Annotated[str, typer.Option(help="Last step to run: 'pairs'.")] = "pairs",
+    until: Annotated[Stage1Step, typer.Option(
+        help="Last step: 'pairs' (data only), 'persona_rm' (+ reward model) or 'speaker' (+ GRPO and the "
+             "before/after comparison).")] = Stage1Step.speaker,
     refresh: Annotated[bool, typer.Option(help="Ignore cached shard results and recompute them.")] = False,
 ):
-    """Stage 1: sample K candidates per (context, persona), judge them, build preference pairs.
+    """Stage 1: candidates, judgments and preference pairs; the persona reward model; the GRPO Speaker.
 
-    Reruns skip every cached step; a killed run resumes where it stopped. Artifacts go to
-    <run.output_dir>/<run name>/stage1/.
+    Reruns skip every cached step; a killed run resumes where it stopped (training from its last
+    checkpoint). Artifacts go to <run.output_dir>/<run name>/stage1/, with report.md and summary.json.
     """
-    if until != "pairs":
-        _fail(f"--until {until!r}: Stage 1 currently runs up to 'pairs'")
-    _load(config)  # fail fast, before Prefect starts, on a bad config
+    loaded = _load(config)  # fail fast, before Prefect starts, on a bad config
     for name, value in PREFECT_DEFAULTS.items():
         os.environ.setdefault(name, value)
     from flows.stage1 import stage1
     from mascot.judges.panel import JudgeFailureRateExceeded
     from mascot.llm import BackendError
+    from mascot.train.runtime import TrainingSetupError
 
     try:
-        artifacts = stage1(str(config), run_name=run_name, until=until, refresh=refresh)
-    except (JudgeFailureRateExceeded, BackendError) as exc:
+        artifacts = stage1(str(config), run_name=run_name, until=until.value, refresh=refresh)
+    except (JudgeFailureRateExceeded, BackendError, TrainingSetupError) as exc:
         # Everything finished before the failure is cached: rerunning resumes from there.
         _fail(f"stage 1 stopped: {exc}", code=1)
-    run_dir = artifacts["stage1/pairs"].path.parents[1]
-    console.print(f"[green]stage 1 done[/green]: {run_dir}", highlight=False)
+    run_dir = loaded.run.output_dir / (run_name or loaded.run.name)
+    console.print(f"[green]stage 1 done[/green] (until {until.value}): {run_dir}", highlight=False)
     for name, artifact in artifacts.items():
-        console.print(f"  {name:<18} {artifact.path}", highlight=False)
-    console.print(f"  summary            {run_dir / 'stage1' / 'summary.json'}", highlight=False)
+        console.print(f"  {name:<20} {artifact.path}", highlight=False)
+    console.print(f"  {'summary':<20} {run_dir / 'stage1' / 'summary.json'}", highlight=False)
+    console.print(f"  {'report':<20} {run_dir / 'stage1' / 'report.md'}", highlight=False)
 
 
 if __name__ == "__main__":

@@ -37,8 +37,10 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def resolve_path(value: str | Path, info: ValidationInfo) -> Path:
+def resolve_path(value: str | Path | None, info: ValidationInfo) -> Path | None:
     """Resolve `samples:` references and paths relative to the config file's folder."""
+    if value is None:
+        return None
     text = str(value)
     if text.startswith("samples:"):
         return SAMPLES_DIR / text.removeprefix("samples:")
@@ -181,9 +183,68 @@ class LoraConfig(Section):
     )
 
 
+class RewardModelTrainConfig(Section):
+    """TRL RewardTrainer settings for a scalar reward model trained on preference pairs."""
+
+    learning_rate: float = Field(default=1e-5, gt=0, description="Peak learning rate.")
+    epochs: float = Field(default=1.0, gt=0, description="Passes over the training pairs.")
+    batch_size: int = Field(default=8, ge=1, description="Pairs per device per step.")
+    gradient_accumulation_steps: int = Field(default=1, ge=1, description="Steps accumulated per update.")
+    max_length: int = Field(default=1024, ge=16, description="Longest prompt + reply in tokens; longer pairs are dropped.")
+    save_steps: int = Field(default=100, ge=1, description="Checkpoint every this many steps (resume point).")
+
+
+class RewardWeights(Section):
+    persona_rm: float = Field(default=1.0, description="Weight of the persona reward model's score.")
+    format: float = Field(default=0.5, description="Weight of the format reward (0 to 1).")
+    conciseness: float = Field(default=0.5, description="Weight of the conciseness reward (0 to 1).")
+
+
+class SpeakerTrainConfig(Section):
+    """TRL GRPOTrainer settings for the Speaker (one LoRA adapter shared by every persona)."""
+
+    learning_rate: float = Field(default=1e-5, gt=0, description="Peak learning rate.")
+    max_steps: int = Field(default=200, ge=1, description="GRPO optimisation steps.")
+    batch_size: int = Field(default=8, ge=1, description="Completions per device per step.")
+    gradient_accumulation_steps: int = Field(default=1, ge=1, description="Steps accumulated per update.")
+    num_generations: int = Field(default=8, ge=2, description="Completions sampled per prompt (the GRPO group).")
+    max_completion_length: int = Field(default=256, ge=1, description="Longest completion, in tokens.")
+    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature of the rollouts.")
+    beta: float = Field(default=0.04, ge=0, description="KL penalty towards the base policy (0 turns it off).")
+    reward_weights: RewardWeights = Field(default_factory=RewardWeights, description="Weights of the reward terms.")
+    min_words: int = Field(default=8, ge=0, description="Conciseness band: fewest words with full reward.")
+    max_words: int = Field(default=80, ge=1, description="Conciseness band: most words with full reward.")
+    save_steps: int = Field(default=50, ge=1, description="Checkpoint every this many steps (resume point).")
+
+    @model_validator(mode="after")
+    def _groups_fit_batches(self) -> SpeakerTrainConfig:
+        generation_batch = self.batch_size * self.gradient_accumulation_steps
+        if generation_batch % self.num_generations:
+            raise ValueError(f"batch_size x gradient_accumulation_steps ({generation_batch}) must be divisible by "
+                             f"num_generations ({self.num_generations}): GRPO scores whole groups of completions")
+        if self.min_words > self.max_words:
+            raise ValueError(f"min_words ({self.min_words}) must not exceed max_words ({self.max_words})")
+        return self
+
+
+class BeforeAfterConfig(Section):
+    """The held-out comparison of the base policy and the trained Speaker."""
+
+    samples_per_prompt: int = Field(default=1, ge=1, description="Replies sampled per held-out prompt and policy.")
+    confidence: float = Field(default=0.95, gt=0, lt=1, description="Level of the bootstrap intervals.")
+    bootstrap_resamples: int = Field(default=10000, ge=100, description="Resamples for the paired bootstrap.")
+
+
 class TrainConfig(Section):
+    held_out_fraction: float = Field(
+        default=0.2, gt=0, lt=1, description="Share of contexts kept out of RM and Speaker training, for evaluating them.",
+    )
+    persona_rm: RewardModelTrainConfig = Field(default_factory=RewardModelTrainConfig, description="Persona RM.")
+    speaker: SpeakerTrainConfig = Field(default_factory=SpeakerTrainConfig, description="GRPO Speaker.")
+    before_after: BeforeAfterConfig = Field(default_factory=BeforeAfterConfig, description="Evidence of learning.")
     lora: LoraConfig = Field(default_factory=LoraConfig, description="Adapter for the Speaker and Director.")
     bf16: bool = Field(default=False, description="Train in bfloat16 (GPU).")
+    gradient_checkpointing: bool = Field(default=True, description="Recompute activations to save memory.")
     use_vllm: bool = Field(default=False, description="GRPO generation through vLLM (GPU, `serve` extra).")
     vllm_mode: Literal["colocate", "server"] = Field(default="colocate", description="TRL vLLM mode.")
 

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -57,11 +59,13 @@ def _distribution(values: pl.Series) -> dict[str, Any]:
             "histogram": {"edges": edges.tolist(), "counts": counts.tolist()}}
 
 
-def log_to_wandb(config: RunConfig, job: str, summary: dict[str, Any], pairs: pl.DataFrame) -> str | None:
-    """Log the summary to one wandb run; returns its folder, or None when tracking is disabled."""
+@contextlib.contextmanager
+def wandb_run(config: RunConfig, job: str) -> Iterator[Any]:
+    """One wandb run for one flow run; trainers and summaries inside it log to it. None when disabled."""
     tracking: TrackingConfig = config.tracking
     if tracking.wandb_mode == "disabled":
-        return None
+        yield None
+        return
     try:
         import wandb
     except ImportError as exc:
@@ -71,31 +75,63 @@ def log_to_wandb(config: RunConfig, job: str, summary: dict[str, Any], pairs: pl
     run = wandb.init(project=tracking.wandb_project, mode=tracking.wandb_mode, dir=str(config.run_dir),
                      name=f"{config.run.name}-{job}", group=config.run.name, job_type=job,
                      config=config.model_dump(mode="json"))  # holds env-var names, never secret values
+    exit_code = 1
     try:
-        flat = {f"{job}/count/{k}": v for k, v in summary["counts"].items()}
-        flat[f"{job}/judge_failure_rate"] = summary["judge_failures"]["rate"]
-        for name, dist in summary["scores"].items():
-            if dist["n"]:
-                flat[f"{job}/score_mean/{name}"] = dist["mean"]
-                histogram = dist["histogram"]
-                flat[f"{job}/score/{name}"] = wandb.Histogram(np_histogram=(histogram["counts"], histogram["edges"]))
-        flat.update({f"{job}/request_cache/{k}": v for k, v in summary["request_cache"].items()})
-        flat[f"{job}/pairs_per_query_mean"] = summary["pairs"]["pairs_per_query_mean"]
-        if pairs.height:
-            flat[f"{job}/margin"] = wandb.Histogram(pairs["margin"].to_numpy())
-            flat[f"{job}/pairs_per_query"] = wandb.Histogram(pairs.group_by("query_id").len()["len"].to_numpy())
-        rows = summary["scores_by_persona"]
-        if rows:
-            flat[f"{job}/scores_by_persona"] = wandb.Table(columns=list(rows[0]), data=[list(r.values()) for r in rows])
-        run.log(flat)
-        return run.dir
+        yield run
+        exit_code = 0
     finally:
-        run.finish()
+        run.finish(exit_code=exit_code)
+
+
+def log_to_wandb(job: str, summary: dict[str, Any], pairs: pl.DataFrame) -> str | None:
+    """Log a stage summary to the active wandb run; returns its folder, or None when there is none."""
+    try:
+        import wandb
+    except ImportError:
+        return None
+    if wandb.run is None:
+        return None
+    flat = {f"{job}/count/{k}": v for k, v in summary["counts"].items()}
+    flat[f"{job}/judge_failure_rate"] = summary["judge_failures"]["rate"]
+    for name, dist in summary["scores"].items():
+        if dist["n"]:
+            flat[f"{job}/score_mean/{name}"] = dist["mean"]
+            histogram = dist["histogram"]
+            flat[f"{job}/score/{name}"] = wandb.Histogram(np_histogram=(histogram["counts"], histogram["edges"]))
+    flat.update({f"{job}/request_cache/{k}": v for k, v in summary["request_cache"].items()})
+    flat[f"{job}/pairs_per_query_mean"] = summary["pairs"]["pairs_per_query_mean"]
+    if pairs.height:
+        flat[f"{job}/margin"] = wandb.Histogram(pairs["margin"].to_numpy())
+        flat[f"{job}/pairs_per_query"] = wandb.Histogram(pairs.group_by("query_id").len()["len"].to_numpy())
+    rows = summary["scores_by_persona"]
+    if rows:
+        flat[f"{job}/scores_by_persona"] = wandb.Table(columns=list(rows[0]), data=[list(r.values()) for r in rows])
+    if "persona_rm" in summary:
+        accuracy = summary["persona_rm"]["held_out"]["accuracy"]
+        flat[f"{job}/persona_rm/held_out_accuracy"] = accuracy["value"]
+    if "before_after" in summary:
+        table = before_after_rows(summary["before_after"])
+        flat[f"{job}/before_after"] = wandb.Table(columns=list(table[0]), data=[list(r.values()) for r in table])
+        for name, score in summary["before_after"]["scores"].items():
+            flat[f"{job}/before_after/{name}_difference"] = score["difference"]["mean"]
+    wandb.run.log(flat)
+    return wandb.run.dir
+
+
+def before_after_rows(before_after: dict[str, Any]) -> list[dict[str, Any]]:
+    """The before/after table: one row per score, each number with its n and interval."""
+    rows = []
+    for name, score in before_after["scores"].items():
+        base, speaker, difference = score["base"], score["speaker"], score["difference"]
+        rows.append({"score": name, "n": difference["n"], "base_mean": base["mean"], "base_sd": base["sd"],
+                     "speaker_mean": speaker["mean"], "speaker_sd": speaker["sd"],
+                     "difference": difference["mean"], "ci_low": difference["ci_low"], "ci_high": difference["ci_high"]})
+    return rows
 
 
 def stage1_markdown(summary: dict[str, Any]) -> str:
     counts, failures, cache = summary["counts"], summary["judge_failures"], summary["request_cache"]
-    lines = ["# Stage 1 data", "", "| | count |", "|---|---|"]
+    lines = ["# Stage 1", "", "## Data", "", "| | count |", "|---|---|"]
     lines += [f"| {name} | {value} |" for name, value in counts.items()]
     by_judge = ", ".join(f"{judge}: {n}" for judge, n in failures["by_judge"].items()) or "none"
     lines += ["",
@@ -105,4 +141,61 @@ def stage1_markdown(summary: dict[str, Any]) -> str:
     for name, dist in summary["scores"].items():
         if dist["n"]:
             lines.append(f"| {name} | {dist['n']} | {dist['mean']:.2f} | {dist['sd']:.2f} |")
+    if "persona_rm" in summary:
+        lines += ["", *reward_model_markdown(summary["persona_rm"])]
+    if "speaker" in summary:
+        lines += ["", *speaker_markdown(summary["speaker"])]
+    if "before_after" in summary:
+        lines += ["", *before_after_markdown(summary["before_after"])]
     return "\n".join(lines) + "\n"
+
+
+def _interval(share: dict[str, Any]) -> str:
+    if share["n"] == 0:
+        return "n/a (n=0)"
+    return f"{share['value']:.1%} [{share['ci_low']:.1%}, {share['ci_high']:.1%}] (n={share['n']})"
+
+
+def reward_model_markdown(metrics: dict[str, Any]) -> list[str]:
+    held_out, training = metrics["held_out"], metrics["training"]
+    margin = held_out["margin"]
+    lines = ["## Persona reward model", "",
+             f"Held-out pair accuracy: {_interval(held_out['accuracy'])}, Wilson 95% interval; chance is 50%. "
+             f"Training-pair accuracy: {_interval(metrics['train']['accuracy'])}.", "",
+             "| persona | held-out accuracy [95% CI] (n) |", "|---|---|"]
+    lines += [f"| {persona} | {_interval(share)} |" for persona, share in held_out["by_persona"].items()]
+    if margin["n"]:
+        lines += ["", f"Held-out reward margin (chosen - rejected): mean {margin['mean']:.3f}, sd {margin['sd']:.3f}, "
+                      f"median {margin['median']:.3f}, n={margin['n']}."]
+    lines += ["", f"Trained {training['steps']} steps on {training['train_pairs']} pairs; "
+                  f"{training['held_out_pairs']} pairs of {len(training['held_out_contexts'])} held-out contexts."]
+    return lines
+
+
+def speaker_markdown(metrics: dict[str, Any]) -> list[str]:
+    parameters, training, history = metrics["trainable_parameters"], metrics["training"], metrics["log_history"]
+    lines = ["## GRPO Speaker", "",
+             f"LoRA: {parameters['trainable']:,} of {parameters['total']:,} parameters trainable "
+             f"({parameters['fraction']:.3%}). {training['steps']} steps on {training['prompts']} prompts"
+             + (f", resumed from step {training['resumed_from_step']}." if training["resumed_from_step"] else ".")]
+    if history:
+        first, last = history[0], history[-1]
+        lines += ["", f"Weighted reward: {first['reward']:.3f} at step {first['step']}, "
+                      f"{last['reward']:.3f} at step {last['step']} (see reward_curve.png)."]
+    return lines
+
+
+def before_after_markdown(metrics: dict[str, Any]) -> list[str]:
+    lines = ["## Before and after GRPO, on held-out prompts", "",
+             f"{metrics['prompts']} held-out prompts, {metrics['samples_per_prompt']} sample(s) per prompt and policy, "
+             f"same seeds for both; judge failures: {metrics['judge_failures']}.", "",
+             "| score | n | base mean ± sd | Speaker mean ± sd | difference [95% CI] |", "|---|---|---|---|---|"]
+    for row in before_after_rows(metrics):
+        if row["n"] == 0:
+            lines.append(f"| {row['score']} | 0 | n/a | n/a | n/a |")
+            continue
+        lines.append(f"| {row['score']} | {row['n']} | {row['base_mean']:.3f} ± {row['base_sd']:.3f} | "
+                     f"{row['speaker_mean']:.3f} ± {row['speaker_sd']:.3f} | "
+                     f"{row['difference']:+.3f} [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}] |")
+    lines += ["", "Differences are Speaker - base, averaged per prompt; intervals are paired bootstrap (BCa)."]
+    return lines

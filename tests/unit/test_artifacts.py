@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import polars as pl
 import pytest
 
-from mascot.artifacts import Artifact, RunDir, write_json, write_parquet
+from mascot.artifacts import Artifact, RunDir, atomic_dir, dir_artifact, write_json, write_parquet
 from mascot.judges.rubrics import load_rubric
 from tasks.caching import artifact_cache_key
 
@@ -78,3 +78,34 @@ def test_cache_key_follows_source_config_slice_and_input_hashes(tmp_path, tiny_c
     assert _key(judge, rubric=changed, candidates=shard) != key
     assert _key(judge, rubric=rubric, candidates=shard.model_copy(update={"sha256": "b" * 64})) != key
     assert _key(judge_v2, rubric=rubric, candidates=shard) != key
+
+
+def test_a_folder_artifact_hashes_names_and_contents(tmp_path):
+    out = tmp_path / "model"
+    with atomic_dir(out) as staging:
+        (staging / "config.json").write_text("{}")
+        (staging / "weights").mkdir()
+        (staging / "weights" / "a.bin").write_bytes(b"\x00\x01")
+    artifact = dir_artifact(out)
+    assert artifact.verified() == out
+    (out / "weights" / "a.bin").write_bytes(b"\x00\x02")
+    with pytest.raises(ValueError, match="changed since it was written"):
+        artifact.verified()
+    (out / "weights" / "a.bin").write_bytes(b"\x00\x01")
+    (out / "weights" / "a.bin").rename(out / "weights" / "b.bin")  # same bytes, other name
+    with pytest.raises(ValueError, match="changed since it was written"):
+        artifact.verified()
+
+
+def test_atomic_dir_replaces_a_folder_whole_or_not_at_all(tmp_path):
+    out = tmp_path / "adapter"
+    with atomic_dir(out) as staging:
+        (staging / "old.txt").write_text("old")
+    with pytest.raises(RuntimeError), atomic_dir(out) as staging:
+        (staging / "new.txt").write_text("new")
+        raise RuntimeError("killed mid-write")
+    assert [p.name for p in out.iterdir()] == ["old.txt"]
+    with atomic_dir(out) as staging:
+        (staging / "new.txt").write_text("new")
+    assert [p.name for p in out.iterdir()] == ["new.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["adapter"], "no staging or old folders are left behind"

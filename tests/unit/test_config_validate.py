@@ -86,6 +86,16 @@ BROKEN_CONFIGS = [
     ("roster-wrong-domain", "tiny.yaml", ("data.roster", "rosters/meetings.yaml"),
      ["roster is for 'meetings'", "data.domain is 'emotional_support'"]),
     ("bad-run-name", "tiny.yaml", ("run.name", "my run!"), ["run.name", "should match pattern"]),
+    ("grpo-groups-do-not-fit", "tiny.yaml", ("train.speaker.num_generations", 3),
+     ["train.speaker", "(8) must be divisible by num_generations (3)"]),
+    ("conciseness-band-inverted", "tiny.yaml", ("train.speaker.min_words", 50),
+     ["train.speaker", "min_words (50) must not exceed max_words (40)"]),
+    ("held-out-fraction-one", "tiny.yaml", ("train.held_out_fraction", 1.0),
+     ["train.held_out_fraction", "less than 1", "got 1.0"]),
+    ("reward-weight-typo", "paper.yaml", ("train.speaker", {"reward_weights": {"persona": 1.0}}),
+     ["train.speaker.reward_weights.persona", "did you mean 'persona_rm'"]),
+    ("rm-learning-rate-zero", "tiny.yaml", ("train.persona_rm.learning_rate", 0),
+     ["train.persona_rm.learning_rate", "greater than 0"]),
 ]
 
 BROKEN_TEXT = [

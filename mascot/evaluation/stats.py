@@ -1,0 +1,63 @@
+"""Statistics every reported number carries: n, spread and a confidence interval.
+
+Proportions get Wilson score intervals; paired comparisons get a bootstrap interval of the mean
+difference, resampling the pairs (scipy.stats.bootstrap, BCa). All functions return plain dicts
+that go straight into metrics.json.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def proportion(successes: int, n: int, confidence: float = 0.95) -> dict:
+    """A share with its Wilson score interval (sensible at small n and near 0 or 1)."""
+    if n == 0:
+        return {"value": None, "n": 0, "ci_low": None, "ci_high": None, "confidence": confidence}
+    from scipy.stats import binomtest
+
+    interval = binomtest(successes, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return {"value": successes / n, "n": n, "ci_low": float(interval.low), "ci_high": float(interval.high),
+            "confidence": confidence}
+
+
+def describe(values: Sequence[float]) -> dict:
+    """n, mean, sd (n-1) and the quartiles of a sample."""
+    array = np.asarray(values, dtype=float)
+    if array.size == 0:
+        return {"n": 0, "mean": None, "sd": None, "min": None, "q25": None, "median": None, "q75": None, "max": None}
+    q = np.quantile(array, [0.0, 0.25, 0.5, 0.75, 1.0])
+    return {"n": int(array.size), "mean": float(array.mean()), "sd": float(array.std(ddof=1)) if array.size > 1 else 0.0,
+            "min": float(q[0]), "q25": float(q[1]), "median": float(q[2]), "q75": float(q[3]), "max": float(q[4])}
+
+
+def histogram(values: Sequence[float], bins: int = 10) -> dict:
+    counts, edges = np.histogram(np.asarray(values, dtype=float), bins=bins)
+    return {"edges": edges.tolist(), "counts": counts.tolist()}
+
+
+def paired_difference(before: Sequence[float], after: Sequence[float], confidence: float = 0.95,
+                      resamples: int = 10000, seed: int = 0) -> dict:
+    """Mean of after - before over matched items, with a bootstrap interval that resamples the pairs."""
+    before_array, after_array = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
+    if before_array.shape != after_array.shape:
+        raise ValueError(f"paired samples differ in size: {before_array.size} before, {after_array.size} after")
+    differences = after_array - before_array
+    result = {"mean": None, "sd": None, "n": int(differences.size), "ci_low": None, "ci_high": None,
+              "confidence": confidence, "method": "paired bootstrap (BCa) of the mean difference"}
+    if differences.size == 0:
+        return result
+    result["mean"] = float(differences.mean())
+    result["sd"] = float(differences.std(ddof=1)) if differences.size > 1 else 0.0
+    if differences.size < 2 or np.ptp(differences) == 0:
+        # Every resample has the same mean: the interval is that point (BCa is undefined there).
+        result["ci_low"] = result["ci_high"] = result["mean"]
+        return result
+    from scipy.stats import bootstrap
+
+    interval = bootstrap((differences,), np.mean, confidence_level=confidence, n_resamples=resamples,
+                         method="BCa", rng=np.random.default_rng(seed)).confidence_interval
+    result["ci_low"], result["ci_high"] = float(interval.low), float(interval.high)
+    return result

@@ -1,0 +1,72 @@
+"""What every trainer here shares: device and precision, checkpoint resume, and wandb logging."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from mascot.llm.transformers_backend import require_torch
+
+# TRL 1.16 itself still uses transformers' deprecated `gradient_checkpointing` names; the warning
+# concerns TRL's code, not anything a user of this project can change.
+warnings.filterwarnings("ignore", message=r".*gradient_checkpointing` is deprecated", category=FutureWarning)
+
+
+class TrainingSetupError(RuntimeError):
+    """The configured training cannot run here: bf16 without a GPU, no pairs to train on, ..."""
+
+
+def device_args(bf16: bool) -> dict:
+    """TrainingArguments for this machine: the CPU needs use_cpu=True and bf16=False."""
+    torch = require_torch()
+    cuda = torch.cuda.is_available()
+    if bf16 and not cuda:
+        raise TrainingSetupError("train.bf16 is true but no CUDA GPU is visible; set train.bf16: false "
+                                 "to train in float32 on the CPU (configs/tiny.yaml does)")
+    return {"use_cpu": not cuda, "bf16": bf16}
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where a training run starts: a checkpoint folder and its step, or the beginning."""
+
+    checkpoint: Path | None
+    step: int
+
+    @classmethod
+    def latest(cls, folder: Path) -> Resume:
+        """The newest complete checkpoint in `folder` (Trainer's `checkpoint-<step>` folders)."""
+        steps = []
+        for candidate in folder.glob("checkpoint-*") if folder.exists() else []:
+            match = re.fullmatch(r"checkpoint-(\d+)", candidate.name)
+            # trainer_state.json is written last: a checkpoint killed mid-save lacks it.
+            if match and (candidate / "trainer_state.json").exists():
+                steps.append((int(match.group(1)), candidate))
+        if not steps:
+            return cls(None, 0)
+        step, checkpoint = max(steps)
+        return cls(checkpoint, step)
+
+
+def wandb_callbacks(prefix: str) -> list:
+    """Send a trainer's logs to the active wandb run (the flow's), as `train/<prefix>/<metric>`.
+
+    Without a prefix the reward model's and the Speaker's `loss`, `learning_rate`, ... would land
+    on the same charts. Returns no callback when there is no active run.
+    """
+    try:
+        import wandb
+    except ImportError:
+        return []
+    if wandb.run is None:
+        return []
+    from transformers.integrations import WandbCallback
+
+    class PrefixedWandbCallback(WandbCallback):
+        def on_log(self, args, state, control, model=None, logs=None, **kwargs):
+            prefixed = {f"{prefix}/{key}": value for key, value in (logs or {}).items()}
+            super().on_log(args, state, control, model=model, logs=prefixed, **kwargs)
+
+    return [PrefixedWandbCallback()]

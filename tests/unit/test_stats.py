@@ -1,0 +1,51 @@
+"""Intervals that every reported number carries."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mascot.evaluation.stats import describe, paired_difference, proportion
+
+
+def test_wilson_interval_matches_the_closed_form():
+    result = proportion(7, 10)
+    z = 1.959963984540054
+    centre = (0.7 + z * z / 20) / (1 + z * z / 10)
+    half = z / (1 + z * z / 10) * np.sqrt(0.7 * 0.3 / 10 + z * z / 400)
+    assert result["value"] == 0.7 and result["n"] == 10
+    assert result["ci_low"] == pytest.approx(centre - half) and result["ci_high"] == pytest.approx(centre + half)
+
+
+def test_an_empty_proportion_has_no_value_rather_than_zero():
+    assert proportion(0, 0) == {"value": None, "n": 0, "ci_low": None, "ci_high": None, "confidence": 0.95}
+
+
+def test_paired_bootstrap_interval_covers_a_clear_improvement():
+    rng = np.random.default_rng(1)
+    before = rng.normal(0, 1, 200)
+    after = before + 0.5 + rng.normal(0, 0.2, 200)
+    result = paired_difference(before, after, resamples=2000)
+    assert result["n"] == 200
+    assert 0.4 < result["ci_low"] < result["mean"] < result["ci_high"] < 0.6
+
+
+def test_paired_bootstrap_is_seeded():
+    before, after = [1.0, 2.0, 3.0, 4.0], [1.5, 2.0, 3.9, 4.1]
+    assert paired_difference(before, after, seed=3) == paired_difference(before, after, seed=3)
+
+
+def test_a_constant_difference_gives_a_point_interval():
+    result = paired_difference([1.0, 2.0, 3.0], [1.5, 2.5, 3.5])
+    assert result["mean"] == result["ci_low"] == result["ci_high"] == pytest.approx(0.5)
+
+
+def test_unpaired_samples_are_refused():
+    with pytest.raises(ValueError, match="3 before, 2 after"):
+        paired_difference([1, 2, 3], [1, 2])
+
+
+def test_describe_reports_n_and_spread():
+    result = describe([1.0, 2.0, 3.0, 4.0])
+    assert result["n"] == 4 and result["mean"] == 2.5 and result["sd"] == pytest.approx(np.std([1, 2, 3, 4], ddof=1))
+    assert describe([])["n"] == 0 and describe([])["mean"] is None

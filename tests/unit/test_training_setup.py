@@ -1,0 +1,66 @@
+"""Held-out split, preference records, checkpoint discovery and device checks (no training)."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from mascot.train.data import held_out_contexts, is_held_out, preference_records
+from mascot.train.runtime import Resume, TrainingSetupError, device_args
+
+CONTEXTS = [f"ed:train:hit:{i}_conv:{i}" for i in range(20)]
+
+
+def test_held_out_split_is_seeded_sized_and_stable():
+    held = held_out_contexts(CONTEXTS, 0.25, seed=0)
+    assert len(held) == 5 and held <= set(CONTEXTS)
+    assert held == held_out_contexts(list(reversed(CONTEXTS)), 0.25, seed=0)
+    assert held != held_out_contexts(CONTEXTS, 0.25, seed=1)
+    # Adding contexts never moves an existing one into training.
+    grown = held_out_contexts([*CONTEXTS, *(f"new:{i}" for i in range(20))], 0.25, seed=0)
+    assert {c for c in grown if c in CONTEXTS} <= held
+
+
+def test_held_out_split_keeps_at_least_one_on_each_side():
+    assert len(held_out_contexts(CONTEXTS[:3], 0.01, seed=0)) == 1
+    assert len(held_out_contexts(CONTEXTS[:3], 0.99, seed=0)) == 2
+    with pytest.raises(TrainingSetupError, match="at least 2 contexts.*data.corpus.limit"):
+        held_out_contexts(CONTEXTS[:1], 0.2, seed=0)
+
+
+def test_no_query_is_on_both_sides():
+    held = held_out_contexts(CONTEXTS, 0.3, seed=0)
+    queries = pl.Series([f"{c}|{p}" for c in CONTEXTS for p in ("anchor", "beacon")])
+    flags = is_held_out(queries, held)
+    held_queries = set(queries.filter(flags))
+    assert {q.rpartition("|")[0] for q in held_queries} == held
+    assert not held_queries & set(queries.filter(~flags))
+
+
+def test_preference_records_are_trl_conversational_with_explicit_prompt():
+    prompt = [{"role": "system", "content": "You are The Anchor."}, {"role": "user", "content": "I failed."}]
+    pairs = pl.DataFrame({"prompt": [prompt], "chosen": ["That hurts."], "rejected": ["Try harder."]})
+    assert preference_records(pairs) == [{"prompt": prompt, "chosen": [{"role": "assistant", "content": "That hurts."}],
+                                          "rejected": [{"role": "assistant", "content": "Try harder."}]}]
+
+
+def test_resume_picks_the_newest_complete_checkpoint(tmp_path):
+    assert Resume.latest(tmp_path / "missing") == Resume(None, 0)
+    for step in (2, 10, 4):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    (tmp_path / "checkpoint-12").mkdir()  # killed while saving: no trainer_state.json yet
+    (tmp_path / "checkpoint-x").mkdir()
+    assert Resume.latest(tmp_path) == Resume(tmp_path / "checkpoint-10", 10)
+
+
+def test_bf16_without_a_gpu_is_a_clear_error():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(TrainingSetupError, match="train.bf16 is true but no CUDA GPU"):
+        device_args(bf16=True)
+    assert device_args(bf16=False) == {"use_cpu": True, "bf16": False}
