@@ -160,15 +160,15 @@ def reward_model_markdown(metrics: dict[str, Any]) -> list[str]:
     held_out, training = metrics["held_out"], metrics["training"]
     margin = held_out["margin"]
     lines = ["## Persona reward model", "",
-             f"Held-out pair accuracy: {_interval(held_out['accuracy'])}, Wilson 95% interval; chance is 50%. "
-             f"Training-pair accuracy: {_interval(metrics['train']['accuracy'])}.", "",
+             (f"Held-out pair accuracy: {_interval(held_out['accuracy'])}, Wilson 95% interval; chance is 50%. "
+             f"Training-pair accuracy: {_interval(metrics['train']['accuracy'])}."), "",
              "| persona | held-out accuracy [95% CI] (n) |", "|---|---|"]
     lines += [f"| {persona} | {_interval(share)} |" for persona, share in held_out["by_persona"].items()]
     if margin["n"]:
-        lines += ["", f"Held-out reward margin (chosen - rejected): mean {margin['mean']:.3f}, sd {margin['sd']:.3f}, "
-                      f"median {margin['median']:.3f}, n={margin['n']}."]
-    lines += ["", f"Trained {training['steps']} steps on {training['train_pairs']} pairs; "
-                  f"{training['held_out_pairs']} pairs of {len(training['held_out_contexts'])} held-out contexts."]
+        lines += ["", (f"Held-out reward margin (chosen - rejected): mean {margin['mean']:.3f}, sd {margin['sd']:.3f}, "
+                      f"median {margin['median']:.3f}, n={margin['n']}.")]
+    lines += ["", (f"Trained {training['steps']} steps on {training['train_pairs']} pairs; "
+                  f"{training['held_out_pairs']} pairs of {len(training['held_out_contexts'])} held-out contexts.")]
     return lines
 
 
@@ -180,15 +180,15 @@ def speaker_markdown(metrics: dict[str, Any]) -> list[str]:
              + (f", resumed from step {training['resumed_from_step']}." if training["resumed_from_step"] else ".")]
     if history:
         first, last = history[0], history[-1]
-        lines += ["", f"Weighted reward: {first['reward']:.3f} at step {first['step']}, "
-                      f"{last['reward']:.3f} at step {last['step']} (see reward_curve.png)."]
+        lines += ["", (f"Weighted reward: {first['reward']:.3f} at step {first['step']}, "
+                      f"{last['reward']:.3f} at step {last['step']} (see reward_curve.png).")]
     return lines
 
 
 def before_after_markdown(metrics: dict[str, Any]) -> list[str]:
     lines = ["## Before and after GRPO, on held-out prompts", "",
-             f"{metrics['prompts']} held-out prompts, {metrics['samples_per_prompt']} sample(s) per prompt and policy, "
-             f"same seeds for both; judge failures: {metrics['judge_failures']}.", "",
+             (f"{metrics['prompts']} held-out prompts, {metrics['samples_per_prompt']} sample(s) per prompt and policy, "
+             f"same seeds for both; judge failures: {metrics['judge_failures']}."), "",
              "| score | n | base mean ± sd | Speaker mean ± sd | difference [95% CI] |", "|---|---|---|---|---|"]
     for row in before_after_rows(metrics):
         if row["n"] == 0:

@@ -9,48 +9,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import polars as pl
 import pytest
 import yaml
+from stage1_runs import REPO, finish, mascot_run, write_config
 
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[2]
-MASCOT = str(Path(sys.executable).parent / "mascot")
-
-
-def write_config(folder: Path, name: str = "stage1", cache_dir: Path | None = None, **stage1) -> Path:
-    """configs/tiny.yaml, made smaller, writing runs under `folder`."""
-    config = yaml.safe_load((REPO / "configs" / "tiny.yaml").read_text())
-    if cache_dir is not None:
-        config["cache"] = {"dir": str(cache_dir)}
-    config["run"]["output_dir"] = str(folder / "runs")
-    config["data"]["roster"] = str(REPO / "configs" / "rosters" / "emotional_support.yaml")
-    config["data"]["users"] = str(REPO / "configs" / "users" / "big_five.yaml")
-    config["data"]["corpus"]["limit"] = 4
-    config["stage1"]["rubric"] = str(REPO / "configs" / "rubrics" / "emotional_support.yaml")
-    config["stage1"]["shard_size"] = 2
-    config["stage1"].update(stage1)
-    path = folder / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
-
-
-def mascot_run(config: Path, run_name: str, **popen) -> subprocess.Popen:
-    return subprocess.Popen([MASCOT, "run", "stage1", "--config", str(config), "--run-name", run_name,
-                             "--until", "pairs"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            **popen)
-
-
-def finish(process: subprocess.Popen) -> str:
-    output, _ = process.communicate(timeout=600)
-    assert process.returncode == 0, output[-5000:]
-    return output
 
 
 @pytest.fixture(scope="module")

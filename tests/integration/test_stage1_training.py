@@ -1,0 +1,167 @@
+"""Stage 1 training on the tiny models: real TRL RewardTrainer and GRPOTrainer, real PEFT.
+
+The first test calls the library as a notebook would and loads every artifact back the way a user
+would. The second runs `mascot run stage1` to the end, SIGKILLs it once the Speaker has saved a
+checkpoint, and checks that the rerun resumes from that checkpoint's step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+from stage1_runs import finish, mascot_run, write_config
+
+from mascot import tracking
+from mascot.artifacts import Artifact, path_sha256
+from mascot.config import load_config
+from mascot.evaluation.before_after import BeforeAfterSettings, compare_speakers
+from mascot.judges.rubrics import load_rubric
+from mascot.roster import load_roster
+from mascot.stage1 import make_judges
+from mascot.train.data import held_out_contexts, is_held_out
+from mascot.train.grpo import SpeakerSettings, train_speaker
+from mascot.train.reward_model import RewardModelSettings, train_reward_model
+from mascot.train.runtime import Resume
+
+pytestmark = pytest.mark.integration
+
+TRAIN = {"persona_rm": {"epochs": 1, "save_steps": 2}, "speaker": {"max_steps": 3, "save_steps": 1},
+         "before_after": {"samples_per_prompt": 2, "bootstrap_resamples": 500}}
+SCORES = {"reward", "persona_rm", "format", "conciseness", "judge"}
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, tiny_models):
+    return tmp_path_factory.mktemp("training")
+
+
+@pytest.fixture(scope="module")
+def pairs_run(workdir):
+    config = write_config(workdir, "pairs", train=TRAIN)
+    finish(mascot_run(config, "library", until="pairs"))
+    return load_config(config), workdir / "runs" / "library"
+
+
+def artifact(path: Path) -> Artifact:
+    return Artifact(path=path, sha256=path_sha256(path))
+
+
+def check_interval(share: dict, n: int) -> None:
+    assert share["n"] == n and share["confidence"] == 0.95
+    assert 0.0 <= share["ci_low"] <= share["value"] <= share["ci_high"] <= 1.0
+
+
+def test_reward_model_speaker_and_comparison_load_back(pairs_run, tiny_models):
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    config, run = pairs_run
+    contexts, pairs = artifact(run / "stage1" / "contexts.parquet"), artifact(run / "stage1" / "pairs.parquet")
+    roster = load_roster(config.data.roster)
+
+    with tracking.wandb_run(config, "library") as wandb_run:  # as the flow does: the trainers log into it
+        rm = train_reward_model(RewardModelSettings.of(config, str(tiny_models.rm)), pairs, contexts,
+                                run / "stage1" / "persona_rm", run / "checkpoints" / "rm")
+        speaker = train_speaker(SpeakerSettings.of(config, str(tiny_models.lm)), contexts, roster, rm,
+                                run / "stage1" / "speaker", run / "checkpoints" / "speaker")
+    # Offline wandb keeps its records in one binary log, where metric names are plain bytes.
+    record = next(Path(wandb_run.dir).parent.glob("run-*.wandb")).read_bytes()
+    assert b"train/persona_rm/loss" in record and b"train/speaker/rewards/persona_rm/mean" in record
+
+    reward_model = AutoModelForSequenceClassification.from_pretrained(rm.path)
+    tokenizer = AutoTokenizer.from_pretrained(rm.path)
+    row = pairs.read_parquet().row(0, named=True)
+    ids = tokenizer.apply_chat_template([*row["prompt"], {"role": "assistant", "content": row["chosen"]}],
+                                        return_tensors="pt", return_dict=True)
+    assert reward_model(**ids).logits.shape == (1, 1)
+    metrics = json.loads((rm.path / "metrics.json").read_text())
+    held = held_out_contexts(contexts.read_parquet()["context_id"], config.train.held_out_fraction, config.run.seed)
+    frame = pairs.read_parquet()
+    held_pairs = frame.filter(is_held_out(frame["query_id"], held))
+    check_interval(metrics["held_out"]["accuracy"], held_pairs.height)
+    assert held_pairs.height > 0, "the tiny run must leave pairs to evaluate on"
+    for persona, share in metrics["held_out"]["by_persona"].items():
+        check_interval(share, held_pairs.filter(pl.col("persona") == persona).height)
+    assert metrics["held_out"]["margin"]["n"] == held_pairs.height
+    assert metrics["training"]["train_pairs"] == frame.height - held_pairs.height
+    assert not (run / "checkpoints" / "rm").exists(), "checkpoints are dropped once the model is saved"
+
+    policy = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_models.lm), speaker.path)
+    lora_b = {name: p for name, p in policy.named_parameters() if "lora_B" in name}
+    # PEFT initialises lora_B to zero; non-zero weights mean GRPO's updates were saved.
+    assert lora_b and any(torch.count_nonzero(p) for p in lora_b.values())
+    adapter = json.loads((speaker.path / "adapter_config.json").read_text())
+    assert adapter["r"] == config.train.lora.r and set(adapter["target_modules"]) == set(config.train.lora.target_modules)
+    speaker_metrics = json.loads((speaker.path / "metrics.json").read_text())
+    lora_parameters = sum(p.numel() for name, p in policy.named_parameters() if "lora_" in name)
+    assert speaker_metrics["trainable_parameters"]["trainable"] == lora_parameters
+    assert speaker_metrics["training"]["steps"] == 3
+    history = speaker_metrics["log_history"]
+    assert [entry["step"] for entry in history] == [1, 2, 3]
+    assert all(f"rewards/{name}/mean" in entry for entry in history for name in ("persona_rm", "format", "conciseness"))
+
+    rubric = load_rubric(config.stage1.rubric)
+    comparison = compare_speakers(BeforeAfterSettings.of(config, str(tiny_models.lm)), contexts, roster, rm, speaker,
+                                  make_judges(config.stage1.judges, rubric, {}, run / "requests.sqlite"), rubric,
+                                  run / "stage1" / "speaker_eval")
+    result = json.loads((comparison.path / "metrics.json").read_text())
+    prompts = len(held) * len(roster.active)
+    assert result["prompts"] == prompts and set(result["scores"]) == SCORES
+    for score in result["scores"].values():
+        difference = score["difference"]
+        assert score["base"]["n"] == score["speaker"]["n"] == difference["n"] == prompts
+        assert difference["ci_low"] <= difference["mean"] <= difference["ci_high"]
+    samples = pl.read_parquet(comparison.path / "samples.parquet")
+    assert samples.height == 2 * prompts * 2
+    assert samples.group_by("policy").len().sort("policy")["len"].to_list() == [prompts * 2] * 2
+
+
+def test_a_killed_speaker_training_resumes_from_its_checkpoint(workdir):
+    config = write_config(workdir, "resume", train={**TRAIN, "speaker": {"max_steps": 8, "save_steps": 1}})
+    run = workdir / "runs" / "resume"
+    checkpoints = run / "stage1" / "checkpoints"
+    process = mascot_run(config, "resume", until="speaker", start_new_session=True)
+    deadline = time.monotonic() + 600
+    while not any(checkpoints.glob("speaker-*/checkpoint-*/trainer_state.json")):
+        assert process.poll() is None, process.communicate()[0][-5000:]
+        assert time.monotonic() < deadline, "the Speaker saved no checkpoint"
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    killed_at = Resume.latest(next(checkpoints.glob("speaker-*")))
+    assert 1 <= killed_at.step < 8 and not (run / "stage1" / "speaker").exists(), "the kill came too late"
+
+    output = finish(mascot_run(config, "resume", until="speaker"))
+    reward_model_runs = [line for line in output.splitlines() if "Task run 'train_persona_rm-" in line]
+    assert reward_model_runs and all("Cached" in line for line in reward_model_runs), "the reward model is reused"
+    training = json.loads((run / "stage1" / "speaker" / "metrics.json").read_text())
+    assert training["training"]["resumed_from_step"] == killed_at.step
+    assert training["training"]["steps"] == 8 and training["training"]["steps_run"] == 8 - killed_at.step
+    assert [entry["step"] for entry in training["log_history"]] == list(range(1, 9))
+    assert not checkpoints.exists() or not any(checkpoints.iterdir()), "checkpoints are dropped after success"
+
+    summary = json.loads((run / "stage1" / "summary.json").read_text())
+    assert summary["persona_rm"]["held_out"]["accuracy"]["n"] > 0
+    assert summary["speaker"]["training"]["resumed_from_step"] == killed_at.step
+    for score in summary["before_after"]["scores"].values():
+        assert {"mean", "n", "ci_low", "ci_high"} <= set(score["difference"])
+    report = (run / "stage1" / "report.md").read_text()
+    assert "Held-out pair accuracy" in report and "difference [95% CI]" in report
+    assert (run / "stage1" / "reward_curve.png").read_bytes().startswith(b"\x89PNG")
+    manifest = json.loads((run / "manifest.json").read_text())["artifacts"]
+    assert {"stage1/persona_rm", "stage1/speaker", "stage1/speaker_eval", "stage1/report"} <= set(manifest)
+
+    # One offline wandb run per flow run. The killed one may not have flushed; the rerun's holds the
+    # Speaker's training logs and the summary (metric names are plain bytes in the record log).
+    records = [path.read_bytes() for path in (run / "wandb").glob("offline-run-*/run-*.wandb")]
+    assert len(records) == 2
+    assert any(b"train/speaker/reward" in data and b"stage1/before_after/persona_rm_difference" in data
+               for data in records)
+    assert "stage 1 done" in output and str(run / "stage1" / "report.md") in output

@@ -1,0 +1,44 @@
+"""Helpers for tests that run `mascot run stage1` as a user would: a real process per run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+MASCOT = str(Path(sys.executable).parent / "mascot")
+
+
+def write_config(folder: Path, name: str = "stage1", cache_dir: Path | None = None, train: dict | None = None,
+                 **stage1) -> Path:
+    """configs/tiny.yaml, made smaller, writing runs under `folder`; `train` entries override sections."""
+    config = yaml.safe_load((REPO / "configs" / "tiny.yaml").read_text())
+    if cache_dir is not None:
+        config["cache"] = {"dir": str(cache_dir)}
+    config["run"]["output_dir"] = str(folder / "runs")
+    config["data"]["roster"] = str(REPO / "configs" / "rosters" / "emotional_support.yaml")
+    config["data"]["users"] = str(REPO / "configs" / "users" / "big_five.yaml")
+    config["data"]["corpus"]["limit"] = 4
+    config["stage1"]["rubric"] = str(REPO / "configs" / "rubrics" / "emotional_support.yaml")
+    config["stage1"]["shard_size"] = 2
+    config["stage1"].update(stage1)
+    for section, values in (train or {}).items():
+        config["train"][section] = {**config["train"].get(section, {}), **values} if isinstance(values, dict) else values
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def mascot_run(config: Path, run_name: str, until: str = "pairs", **popen) -> subprocess.Popen:
+    return subprocess.Popen([MASCOT, "run", "stage1", "--config", str(config), "--run-name", run_name,
+                             "--until", until], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            **popen)
+
+
+def finish(process: subprocess.Popen) -> str:
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 0, output[-5000:]
+    return output
