@@ -15,10 +15,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[all]"
 	touch $(STAMP)
 
+# The whole of Stage 1 on the tiny offline profile: pairs, persona reward model, GRPO Speaker,
+# before/after comparison. It ends by printing where the artifacts and report.md are.
 demo: $(STAMP)
 	$(BIN)/mascot config validate $(CONFIG)
 	$(BIN)/mascot models build --config $(CONFIG)
-	$(BIN)/mascot sample --config $(CONFIG) --contexts 3
+	$(BIN)/mascot run stage1 --config $(CONFIG)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
