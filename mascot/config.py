@@ -50,7 +50,7 @@ def resolve_path(value: str | Path | None, info: ValidationInfo) -> Path | None:
 
 
 class RunSection(Section):
-    name: RunName = Field(description="Run name; artifacts go to <output_dir>/<name>/.")
+    name: RunName = Field(description="Run name; artifacts go to `<output_dir>/<name>/`.")
     seed: int = Field(default=0, ge=0, description="Seed for sampling, subsampling and training.")
     output_dir: Path = Field(default=Path("runs"), description="Parent folder of run directories.")
 
@@ -91,7 +91,7 @@ class SamplingParams(Section):
     max_new_tokens: int = Field(default=256, ge=1, le=32768, description="Longest reply, in tokens.")
     stop: list[str] = Field(default_factory=list, description="Extra stop strings.")
     chat_template_kwargs: dict[str, Any] = Field(
-        default_factory=dict, description="Chat-template variables, e.g. {enable_thinking: false} for Qwen3."
+        default_factory=dict, description="Chat-template variables, e.g. `{enable_thinking: false}` for Qwen3."
     )
 
 

@@ -206,3 +206,10 @@ def test_relative_paths_resolve_against_config_folder(workdir):
     config = load_config(workdir / "tiny.yaml")
     assert config.data.roster == workdir / "rosters" / "emotional_support.yaml"
     assert config.data.corpus.path.is_dir()
+
+
+def test_the_docs_list_every_field():
+    from mascot.config_docs import field_table
+
+    docs = (REPO / "docs" / "configuration.md").read_text()
+    assert field_table() in docs, "docs/configuration.md is stale: paste `python -m mascot.config_docs` into it"
