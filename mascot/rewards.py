@@ -12,6 +12,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from mascot.llm.transformers_backend import quiet_transformers
+
 Messages = list[dict[str, str]]
 
 GENERIC_LABELS = ("assistant", "user", "system", "speaker", "companion", "listener", "seeker", "supporter")
@@ -97,8 +99,9 @@ class PersonaRewardModel:
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1).to(device).eval()
+        with quiet_transformers():
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+            self.model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1).to(device).eval()
         self.device, self.batch_size = device, batch_size
         self.chat_template_kwargs = chat_template_kwargs or {}
         self._torch = torch

@@ -22,12 +22,20 @@ from mascot.roster import Roster
 from mascot.roster import load_roster as read_roster
 from mascot.train.grpo import SpeakerSettings, train_speaker
 from mascot.train.reward_model import RewardModelSettings, train_reward_model
+from mascot.train.runtime import TrainingSetupError
 from tasks.caching import artifact_cache_key
 
 CACHED = {"cache_key_fn": artifact_cache_key, "persist_result": True}
 LLM_RETRIES = {"retries": 3, "retry_delay_seconds": exponential_backoff(backoff_factor=5)}
+
+
+def _not_a_setup_error(task, task_run, state) -> bool:
+    """Retry a training task unless it failed on its inputs or the machine, which a retry won't fix."""
+    return not isinstance(state.result(raise_on_failure=False), TrainingSetupError)
+
+
 # A retried training task resumes from its last checkpoint rather than starting over.
-TRAINING_RETRIES = {"retries": 1, "retry_delay_seconds": 5}
+TRAINING_RETRIES = {"retries": 1, "retry_delay_seconds": 5, "retry_condition_fn": _not_a_setup_error}
 
 
 @task

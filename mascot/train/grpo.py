@@ -27,7 +27,7 @@ from mascot.roster import Roster
 from mascot.stage1 import read_contexts
 from mascot.train.data import held_out_contexts, prompt_records, speaker_queries
 from mascot.train.lora import count_trainable_parameters, peft_lora_config
-from mascot.train.runtime import Resume, device_args, wandb_callbacks
+from mascot.train.runtime import Resume, device_args, metrics_on_progress_bar, wandb_callbacks
 
 
 class SpeakerSettings(BaseModel):
@@ -101,11 +101,13 @@ def train_speaker(settings: SpeakerSettings, contexts: Artifact, roster: Roster,
             processing_class=tokenizer, peft_config=peft_lora_config(settings.lora),
             callbacks=wandb_callbacks("speaker"),
         )
+    metrics_on_progress_bar(trainer, ["reward", "reward_std", "kl"])
     parameters = count_trainable_parameters(trainer.model)
     resume = Resume.latest(checkpoints)
-    trainer.train(resume_from_checkpoint=str(resume.checkpoint) if resume.checkpoint else None)
+    with quiet_transformers():
+        trainer.train(resume_from_checkpoint=str(resume.checkpoint) if resume.checkpoint else None)
 
-    with atomic_dir(out) as staging:
+    with quiet_transformers(), atomic_dir(out) as staging:
         trainer.save_model(str(staging))  # the PEFT adapter only
         tokenizer.save_pretrained(staging)
         history = [entry for entry in trainer.state.log_history if "reward" in entry]

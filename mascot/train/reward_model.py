@@ -24,7 +24,13 @@ from mascot.evaluation.stats import describe, histogram, proportion
 from mascot.llm.transformers_backend import quiet_transformers, require_torch, resolve_device
 from mascot.rewards import PersonaRewardModel
 from mascot.train.data import held_out_contexts, is_held_out, preference_records
-from mascot.train.runtime import Resume, TrainingSetupError, device_args, wandb_callbacks
+from mascot.train.runtime import (
+    Resume,
+    TrainingSetupError,
+    device_args,
+    metrics_on_progress_bar,
+    wandb_callbacks,
+)
 
 
 class RewardModelSettings(BaseModel):
@@ -78,10 +84,12 @@ def train_reward_model(settings: RewardModelSettings, pairs: Artifact, contexts:
     records = [{**r, "chat_template_kwargs": settings.chat_template_kwargs} for r in preference_records(train_pairs)]
     trainer = RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(records),
                             processing_class=tokenizer, callbacks=wandb_callbacks("persona_rm"))
+    metrics_on_progress_bar(trainer, ["loss", "accuracy", "margin"])
     resume = Resume.latest(checkpoints)
-    trainer.train(resume_from_checkpoint=str(resume.checkpoint) if resume.checkpoint else None)
+    with quiet_transformers():
+        trainer.train(resume_from_checkpoint=str(resume.checkpoint) if resume.checkpoint else None)
 
-    with atomic_dir(out) as staging:
+    with quiet_transformers(), atomic_dir(out) as staging:
         trainer.save_model(str(staging))
         tokenizer.save_pretrained(staging)
         trained = PersonaRewardModel(staging, device=resolve_device("auto"),

@@ -70,3 +70,22 @@ def wandb_callbacks(prefix: str) -> list:
             super().on_log(args, state, control, model=model, logs=prefixed, **kwargs)
 
     return [PrefixedWandbCallback()]
+
+
+def metrics_on_progress_bar(trainer, keys: list[str]) -> None:
+    """Show the latest values of `keys` on the trainer's progress bar instead of printing every log.
+
+    With a log every step, transformers' default prints one dict per step; the bar's postfix
+    keeps the console to one line while wandb and `metrics.json` keep the full record.
+    """
+    from transformers.trainer_callback import ProgressCallback
+
+    class MetricsProgressCallback(ProgressCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if state.is_world_process_zero and self.training_bar is not None and logs:
+                shown = {key: f"{logs[key]:.3g}" for key in keys if isinstance(logs.get(key), int | float)}
+                if shown:
+                    self.training_bar.set_postfix(shown, refresh=False)
+
+    if trainer.pop_callback(ProgressCallback) is not None:  # absent when tqdm is disabled
+        trainer.add_callback(MetricsProgressCallback())

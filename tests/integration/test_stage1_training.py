@@ -165,3 +165,12 @@ def test_a_killed_speaker_training_resumes_from_its_checkpoint(workdir):
     assert any(b"train/speaker/reward" in data and b"stage1/before_after/persona_rm_difference" in data
                for data in records)
     assert "stage 1 done" in output and str(run / "stage1" / "report.md") in output
+
+
+def test_no_pairs_to_train_on_is_a_clear_error_without_a_retry(workdir):
+    config = write_config(workdir, "no-pairs", train=TRAIN, margin=10.0)  # no score gap reaches 10 on 1-5
+    process = mascot_run(config, "no-pairs", until="persona_rm")
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 1, output[-3000:]
+    assert "stage 1 stopped" in output and "no pairs outside the held-out contexts" in output
+    assert "stage1.margin" in output and "Retry 1/1 will start" not in output  # Prefect's retry log line
