@@ -92,6 +92,8 @@ def train_speaker(settings: SpeakerSettings, contexts: Artifact, roster: Roster,
         chat_template_kwargs=settings.chat_template_kwargs, use_vllm=settings.use_vllm, vllm_mode=settings.vllm_mode,
         save_strategy="steps", save_steps=train.save_steps, save_total_limit=1, logging_steps=1, report_to="none",
         seed=settings.seed, gradient_checkpointing=settings.gradient_checkpointing, **device_args(settings.bf16),
+        # The frozen base in bf16 halves its memory; only the small adapter trains.
+        model_init_kwargs={"dtype": "bfloat16" if settings.bf16 else "float32"},
     )
     with quiet_transformers():
         tokenizer = AutoTokenizer.from_pretrained(settings.base_model)

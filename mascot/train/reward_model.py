@@ -71,7 +71,9 @@ def train_reward_model(settings: RewardModelSettings, pairs: Artifact, contexts:
     set_seed(settings.seed)  # the new scalar head is initialised reproducibly
     with quiet_transformers():
         tokenizer = AutoTokenizer.from_pretrained(settings.base_model)
-        model = AutoModelForSequenceClassification.from_pretrained(settings.base_model, num_labels=1, dtype="auto")
+        # float32 weights: with train.bf16 the trainer autocasts, and the optimizer keeps full precision.
+        model = AutoModelForSequenceClassification.from_pretrained(settings.base_model, num_labels=1,
+                                                                   dtype="float32")
     model.config.pad_token_id = tokenizer.pad_token_id
     args = RewardConfig(
         output_dir=str(checkpoints), learning_rate=settings.train.learning_rate,

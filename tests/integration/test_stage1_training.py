@@ -166,6 +166,16 @@ def test_a_killed_speaker_training_resumes_from_its_checkpoint(workdir):
                for data in records)
     assert "stage 1 done" in output and str(run / "stage1" / "report.md") in output
 
+    # The runs' Prefect artifacts, read back from the same PREFECT_HOME through the Prefect API.
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        published = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(like_="resume-stage1-")))
+    kinds = {artifact.key: artifact.type for artifact in published}
+    assert kinds["resume-stage1-persona-rm-accuracy"] == kinds["resume-stage1-before-after"] == "table"
+    assert kinds["resume-stage1-reward-curve"] == "image" and kinds["resume-stage1-summary"] == "markdown"
+
 
 def test_no_pairs_to_train_on_is_a_clear_error_without_a_retry(workdir):
     config = write_config(workdir, "no-pairs", train=TRAIN, margin=10.0)  # no score gap reaches 10 on 1-5

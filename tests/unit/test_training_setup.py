@@ -64,3 +64,19 @@ def test_bf16_without_a_gpu_is_a_clear_error():
     with pytest.raises(TrainingSetupError, match="train.bf16 is true but no CUDA GPU"):
         device_args(bf16=True)
     assert device_args(bf16=False) == {"use_cpu": True, "bf16": False}
+
+
+def test_vllm_generation_without_vllm_names_the_extra(tmp_path, tiny_config):
+    import importlib.util
+
+    from mascot.artifacts import Artifact
+    from mascot.roster import load_roster
+    from mascot.train.grpo import SpeakerSettings, train_speaker
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    config = tiny_config.model_copy(update={"train": tiny_config.train.model_copy(update={"use_vllm": True})})
+    missing = Artifact(path=tmp_path / "never-read", sha256="0" * 64)
+    with pytest.raises(ImportError, match=r"pip install 'mascot\[serve\]'.*train.use_vllm: false"):
+        train_speaker(SpeakerSettings.of(config, "unused"), missing, load_roster(config.data.roster), missing,
+                      tmp_path / "out", tmp_path / "checkpoints")
