@@ -43,6 +43,11 @@ class Row:
         self._display.update(self._task, in_flight=self._in_flight, hits=self._hits() - self._start_hits)
 
 
+def cache_hits(cache) -> Callable[[], int]:
+    """The hit counter of a request cache (or of none) for a row's 'cache hits' column."""
+    return (lambda: cache.hits) if cache is not None else (lambda: 0)
+
+
 @contextmanager
 def shard_progress(description: str, total: int, hits: Callable[[], int]) -> Iterator[Row]:
     """A progress row for the duration of the block."""

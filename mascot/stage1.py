@@ -25,7 +25,7 @@ from mascot.judges.panel import JudgePanel, aggregate_scores, check_failure_rate
 from mascot.judges.rubrics import Rubric
 from mascot.llm import LLMBackend, RequestCache
 from mascot.pairs import build_preference_pairs
-from mascot.progress import shard_progress
+from mascot.progress import cache_hits, shard_progress
 from mascot.prompts import speaker_messages
 from mascot.roster import Roster
 
@@ -98,7 +98,7 @@ def sample_shard(
 ) -> Artifact:
     """K candidates for each query of one shard, written to a shard parquet file."""
     queries = _queries(query_ids, read_contexts(contexts), roster)
-    with shard_progress(f"sampling {out.stem}", len(queries), _hits(cache)) as row:
+    with shard_progress(f"sampling {out.stem}", len(queries), cache_hits(cache)) as row:
         results = asyncio.run(sample_candidates(backend, queries, k, generation.params, seed,
                                                 on_start=row.started, on_done=row.finished))
     sampling = json.dumps({**generation.params.model_dump(mode="json"), "seed": seed}, sort_keys=True)
@@ -108,10 +108,6 @@ def sample_shard(
         for r in results for i, text in enumerate(r.texts)
     ]
     return write_parquet(pl.DataFrame(rows, schema=CANDIDATE_SCHEMA), out)
-
-
-def _hits(cache: RequestCache | None):
-    return (lambda: cache.hits) if cache is not None else (lambda: 0)
 
 
 _caches: dict[Path, RequestCache] = {}
@@ -152,7 +148,7 @@ def judge_shard(
         for row in candidates.read_parquet().iter_rows(named=True)
     ]
     panel = JudgePanel(judges, aggregation="mean")
-    with shard_progress(f"judging {out.stem}", len(items) * len(judges), _hits(cache)) as row:
+    with shard_progress(f"judging {out.stem}", len(items) * len(judges), cache_hits(cache)) as row:
         judgments = asyncio.run(panel.judge_all(items, seed, on_start=row.started, on_done=lambda _: row.finished()))
     return write_parquet(judgments_frame(judgments, rubric), out)
 

@@ -23,6 +23,7 @@ from mascot.judges.base import Judge, JudgeItem
 from mascot.judges.panel import JudgePanel, aggregate_scores, judgments_frame
 from mascot.judges.rubrics import Rubric
 from mascot.llm import RequestCache, make_backend
+from mascot.progress import cache_hits, shard_progress
 from mascot.prompts import speaker_messages
 from mascot.roster import Roster
 from mascot.stage1 import read_contexts
@@ -70,7 +71,9 @@ def compare_speakers(settings: BeforeAfterSettings, contexts: Artifact, roster: 
                           adapter=speaker.verified() if policy == "speaker" else None),
             cache=cache)
         # The same seeds for both policies: their samples differ only by the adapter.
-        sampled = asyncio.run(sample_candidates(backend, queries, n, settings.params, settings.seed))
+        with shard_progress(f"sampling held-out prompts ({policy})", len(queries), cache_hits(cache)) as row:
+            sampled = asyncio.run(sample_candidates(backend, queries, n, settings.params, settings.seed,
+                                                    on_start=row.started, on_done=row.finished))
         rows += [{"query_id": s.query.id, "persona": s.query.persona.id, "policy": policy, "sample_idx": i,
                   "candidate_idx": index * n + i, "text": text} for s in sampled for i, text in enumerate(s.texts)]
     samples = pl.DataFrame(rows)
@@ -88,7 +91,10 @@ def compare_speakers(settings: BeforeAfterSettings, contexts: Artifact, roster: 
     items = [JudgeItem(query_id=row["query_id"], candidate_idx=row["candidate_idx"],
                        context=query_by_id[row["query_id"]].context, persona=query_by_id[row["query_id"]].persona,
                        candidate=row["text"]) for row in samples.iter_rows(named=True)]
-    judged = judgments_frame(asyncio.run(JudgePanel(judges).judge_all(items, settings.seed)), rubric)
+    with shard_progress("judging held-out replies", len(items) * len(judges), cache_hits(cache)) as row:
+        judgments = asyncio.run(JudgePanel(judges).judge_all(items, settings.seed, on_start=row.started,
+                                                             on_done=lambda _: row.finished()))
+    judged = judgments_frame(judgments, rubric)
     overall = aggregate_scores(judged, "mean").select("query_id", "candidate_idx", pl.col("overall").alias("judge"))
     samples = samples.join(overall, on=["query_id", "candidate_idx"], how="left", maintain_order="left")
 
@@ -101,7 +107,8 @@ def compare_speakers(settings: BeforeAfterSettings, contexts: Artifact, roster: 
 
 def before_after_metrics(samples: pl.DataFrame, compare: BeforeAfterConfig, seed: int, judge_failures: int) -> dict:
     """Per score: each policy's mean ± sd over prompts, and the paired Speaker - base difference."""
-    per_prompt = samples.group_by("query_id", "persona", "policy").agg(pl.col(SCORES).mean())
+    # Sorted: the bootstrap resamples rows by position, so their order must not depend on hashing.
+    per_prompt = samples.group_by("query_id", "persona", "policy").agg(pl.col(SCORES).mean()).sort("query_id", "policy")
     metrics = {"prompts": per_prompt["query_id"].n_unique(), "samples_per_prompt": compare.samples_per_prompt,
                "judge_failures": judge_failures, "scores": {}, "by_persona": {}}
     for score in SCORES:
