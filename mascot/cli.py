@@ -107,7 +107,11 @@ def _summary(loaded: RunConfig | Roster | UserProfiles) -> Table:
     table.add_row("generation", f"{g.kind} {g.model}" + (f" at {g.base_url}" if g.base_url else ""))
     table.add_row("stage 1", f"K={c.stage1.k}, margin {c.stage1.margin}, shard size {c.stage1.shard_size}, "
                   f"judges: {', '.join(j.label for j in c.stage1.judges)}")
-    lora = c.train.lora
+    lora, rm, speaker = c.train.lora, c.train.persona_rm, c.train.speaker
+    table.add_row("persona RM", f"{c.models.persona_rm}, {rm.epochs:g} epoch(s), lr {rm.learning_rate:g}, "
+                  f"{c.train.held_out_fraction:.0%} of contexts held out")
+    table.add_row("Speaker", f"GRPO on {c.models.speaker}, {speaker.max_steps} steps, {speaker.num_generations} "
+                  f"completions per prompt, lr {speaker.learning_rate:g}, beta {speaker.beta:g}")
     table.add_row("training", f"LoRA r={lora.r} alpha={lora.alpha} on {', '.join(lora.target_modules)}; "
                   f"bf16={c.train.bf16}, vLLM={c.train.use_vllm}")
     table.add_row("tracking", f"wandb {c.tracking.wandb_mode}, project {c.tracking.wandb_project}")
@@ -218,8 +222,8 @@ def run_stage1(
 ):
     """Stage 1: candidates, judgments and preference pairs; the persona reward model; the GRPO Speaker.
 
-    Reruns skip every cached step; a killed run resumes where it stopped (training from its last
-    checkpoint). Artifacts go to <run.output_dir>/<run name>/stage1/, with report.md and summary.json.
+    Reruns skip every cached step; a killed run resumes where it stopped, training from its last
+    checkpoint. Artifacts go to <run.output_dir>/<run name>/stage1/, with report.md and summary.json.
     """
     loaded = _load(config)  # fail fast, before Prefect starts, on a bad config
     for name, value in PREFECT_DEFAULTS.items():
