@@ -65,8 +65,8 @@ def train_reward_model(settings: RewardModelSettings, pairs: Artifact, contexts:
     frame = frame.with_columns(held_out=is_held_out(frame["query_id"], held_out))
     train_pairs, eval_pairs = frame.filter(~pl.col("held_out")), frame.filter(pl.col("held_out"))
     if train_pairs.is_empty():
-        raise TrainingSetupError(f"{pairs.path} has no pairs outside the held-out contexts, so there is nothing to train "
-                         "the reward model on; lower stage1.margin or add contexts (data.corpus.limit)")
+        raise TrainingSetupError(f"{pairs.path} has no pairs outside the held-out contexts, so there is nothing to "
+                                 "train the reward model on; lower stage1.margin or add contexts (data.corpus.limit)")
 
     set_seed(settings.seed)  # the new scalar head is initialised reproducibly
     with quiet_transformers():
@@ -102,6 +102,8 @@ def train_reward_model(settings: RewardModelSettings, pairs: Artifact, contexts:
             "training": {"steps": trainer.state.global_step, "resumed_from_step": resume.step,
                          "steps_run": trainer.state.global_step - resume.step,
                          "train_pairs": train_pairs.height, "held_out_pairs": eval_pairs.height,
+                         # RewardTrainer drops pairs longer than train.persona_rm.max_length.
+                         "train_pairs_within_max_length": len(trainer.train_dataset),
                          "held_out_contexts": sorted(held_out)},
         }
         write_json(metrics, staging / "metrics.json")
