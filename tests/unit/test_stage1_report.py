@@ -1,0 +1,50 @@
+"""The Stage 1 report's training sections, including the cases with nothing to report."""
+
+from __future__ import annotations
+
+from mascot.config import BeforeAfterConfig
+from mascot.evaluation.stats import describe, histogram, paired_difference, proportion
+from mascot.tracking import before_after_markdown, before_after_rows, reward_model_markdown, speaker_markdown
+
+
+def reward_model_metrics(held_out_n: int) -> dict:
+    accuracy = proportion(held_out_n // 2, held_out_n)
+    margins = [0.1 * i for i in range(held_out_n)]
+    return {"held_out": {"accuracy": accuracy, "by_persona": {"anchor": accuracy} if held_out_n else {},
+                         "margin": describe(margins), "margin_histogram": histogram(margins) if margins else {}},
+            "train": {"accuracy": proportion(9, 10)},
+            "training": {"steps": 4, "train_pairs": 10, "held_out_pairs": held_out_n, "held_out_contexts": ["c1"]}}
+
+
+def test_reward_model_section_gives_every_accuracy_its_interval_and_n():
+    text = "\n".join(reward_model_markdown(reward_model_metrics(8)))
+    assert "Held-out pair accuracy: 50.0% [" in text and "(n=8)" in text and "| anchor | 50.0% [" in text
+    assert "Training-pair accuracy: 90.0% [" in text and "(n=10)" in text
+
+
+def test_no_held_out_pairs_reads_as_not_available_rather_than_zero():
+    text = "\n".join(reward_model_markdown(reward_model_metrics(0)))
+    assert "Held-out pair accuracy: n/a (n=0)" in text and "reward margin" not in text
+
+
+def test_speaker_section_reports_parameters_and_smoothed_reward():
+    history = [{"step": i, "reward": float(i)} for i in range(1, 21)]
+    metrics = {"trainable_parameters": {"trainable": 7168, "total": 236928, "fraction": 7168 / 236928},
+               "training": {"steps": 20, "prompts": 54, "resumed_from_step": 5}, "log_history": history}
+    text = "\n".join(speaker_markdown(metrics))
+    assert "7,168 of 236,928 parameters trainable (3.025%)" in text and "resumed from step 5" in text
+    assert "steps 1-2: 1.500" in text and "steps 19-20: 19.500" in text
+
+
+def test_before_after_table_has_n_means_and_intervals_and_survives_an_empty_score():
+    difference = paired_difference([1.0, 2.0, 3.0], [1.5, 2.1, 3.9], resamples=200)
+    empty = {"base": describe([]), "speaker": describe([]), "difference": paired_difference([], [])}
+    metrics = {"prompts": 3, "samples_per_prompt": BeforeAfterConfig().samples_per_prompt, "judge_failures": 3,
+               "scores": {"persona_rm": {"base": describe([1.0, 2.0, 3.0]), "speaker": describe([1.5, 2.1, 3.9]),
+                                         "difference": difference},
+                          "judge": empty}}
+    rows = {row["score"]: row for row in before_after_rows(metrics)}
+    assert rows["persona_rm"]["n"] == 3 and rows["persona_rm"]["ci_low"] <= rows["persona_rm"]["difference"]
+    text = "\n".join(before_after_markdown(metrics))
+    assert "| persona_rm | 3 | 2.000 ± 1.000 |" in text and "| judge | 0 | n/a | n/a | n/a |" in text
+    assert "judge failures: 3" in text
