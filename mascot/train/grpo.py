@@ -17,8 +17,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
-
 from mascot.artifacts import Artifact, atomic_dir, dir_artifact, write_json
 from mascot.config import LoraConfig, RunConfig, SpeakerTrainConfig
 from mascot.llm.transformers_backend import quiet_transformers, require_torch, resolve_device
@@ -27,32 +25,30 @@ from mascot.roster import Roster
 from mascot.stage1 import read_contexts
 from mascot.train.data import held_out_contexts, prompt_records, speaker_queries
 from mascot.train.lora import count_trainable_parameters, peft_lora_config
-from mascot.train.runtime import Resume, device_args, metrics_on_progress_bar, wandb_callbacks
+from mascot.train.runtime import (
+    Resume,
+    TrainingSettings,
+    device_args,
+    metrics_on_progress_bar,
+    wandb_callbacks,
+)
 
 
-class SpeakerSettings(BaseModel):
+class SpeakerSettings(TrainingSettings):
     """Everything that decides the trained Speaker (and so the task's cache key)."""
 
-    base_model: str
     train: SpeakerTrainConfig
     lora: LoraConfig
-    held_out_fraction: float
-    seed: int
-    bf16: bool
-    gradient_checkpointing: bool
     use_vllm: bool
     vllm_mode: str
     top_p: float
-    chat_template_kwargs: dict[str, Any]
 
     @classmethod
     def of(cls, config: RunConfig, base_model: str) -> SpeakerSettings:
         """The run config's slice; `base_model` is `models.speaker` resolved to a loadable path."""
         train = config.train
-        return cls(base_model=base_model, train=train.speaker, lora=train.lora, held_out_fraction=train.held_out_fraction,
-                   seed=config.run.seed, bf16=train.bf16, gradient_checkpointing=train.gradient_checkpointing,
-                   use_vllm=train.use_vllm, vllm_mode=train.vllm_mode, top_p=config.generation.params.top_p,
-                   chat_template_kwargs=config.generation.params.chat_template_kwargs)
+        return cls(**cls.shared(config, base_model), train=train.speaker, lora=train.lora, use_vllm=train.use_vllm,
+                   vllm_mode=train.vllm_mode, top_p=config.generation.params.top_p)
 
 
 def speaker_rewards(train: SpeakerTrainConfig, roster: Roster, persona_rm: Path,

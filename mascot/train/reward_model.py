@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
 import polars as pl
-from pydantic import BaseModel
 
 from mascot.artifacts import Artifact, atomic_dir, dir_artifact, write_json
 from mascot.config import RewardModelTrainConfig, RunConfig
@@ -26,6 +24,7 @@ from mascot.rewards import PersonaRewardModel
 from mascot.train.data import held_out_contexts, is_held_out, preference_records
 from mascot.train.runtime import (
     Resume,
+    TrainingSettings,
     TrainingSetupError,
     device_args,
     metrics_on_progress_bar,
@@ -33,23 +32,15 @@ from mascot.train.runtime import (
 )
 
 
-class RewardModelSettings(BaseModel):
+class RewardModelSettings(TrainingSettings):
     """Everything that decides the trained reward model (and so the task's cache key)."""
 
-    base_model: str
     train: RewardModelTrainConfig
-    held_out_fraction: float
-    seed: int
-    bf16: bool
-    gradient_checkpointing: bool
-    chat_template_kwargs: dict[str, Any]
 
     @classmethod
     def of(cls, config: RunConfig, base_model: str) -> RewardModelSettings:
         """The run config's slice; `base_model` is `models.persona_rm` resolved to a loadable path."""
-        return cls(base_model=base_model, train=config.train.persona_rm, held_out_fraction=config.train.held_out_fraction,
-                   seed=config.run.seed, bf16=config.train.bf16, gradient_checkpointing=config.train.gradient_checkpointing,
-                   chat_template_kwargs=config.generation.params.chat_template_kwargs)
+        return cls(**cls.shared(config, base_model), train=config.train.persona_rm)
 
 
 def train_reward_model(settings: RewardModelSettings, pairs: Artifact, contexts: Artifact, out: Path,

@@ -6,12 +6,34 @@ import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from pydantic import BaseModel
+
+from mascot.config import RunConfig
 from mascot.llm.transformers_backend import require_torch
 
 # TRL 1.16 itself still uses transformers' deprecated `gradient_checkpointing` names; the warning
 # concerns TRL's code, not anything a user of this project can change.
 warnings.filterwarnings("ignore", message=r".*gradient_checkpointing` is deprecated", category=FutureWarning)
+
+
+class TrainingSettings(BaseModel):
+    """What decides any trained model here (and so its task's cache key); each trainer adds its own."""
+
+    base_model: str
+    held_out_fraction: float
+    seed: int
+    bf16: bool
+    gradient_checkpointing: bool
+    chat_template_kwargs: dict[str, Any]
+
+    @staticmethod
+    def shared(config: RunConfig, base_model: str) -> dict[str, Any]:
+        """The shared fields from a run config; `base_model` is the model reference resolved to a path."""
+        return {"base_model": base_model, "held_out_fraction": config.train.held_out_fraction, "seed": config.run.seed,
+                "bf16": config.train.bf16, "gradient_checkpointing": config.train.gradient_checkpointing,
+                "chat_template_kwargs": config.generation.params.chat_template_kwargs}
 
 
 class TrainingSetupError(RuntimeError):
