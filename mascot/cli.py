@@ -225,7 +225,7 @@ def run_stage1(
     Reruns skip every cached step; a killed run resumes where it stopped, training from its last
     checkpoint. Artifacts go to <run.output_dir>/<run name>/stage1/, with report.md and summary.json.
     """
-    loaded = _load(config)  # fail fast, before Prefect starts, on a bad config
+    _load(config)  # fail fast, before Prefect starts, on a bad config
     for name, value in PREFECT_DEFAULTS.items():
         os.environ.setdefault(name, value)
     from flows.stage1 import stage1
@@ -238,7 +238,7 @@ def run_stage1(
     except (JudgeFailureRateExceeded, BackendError, TrainingSetupError) as exc:
         # Everything finished before the failure is cached: rerunning resumes from there.
         _fail(f"stage 1 stopped: {exc}", code=1)
-    run_dir = loaded.run.output_dir / (run_name or loaded.run.name)
+    run_dir = artifacts["stage1/contexts"].path.parents[1]  # where the flow put the run, --run-name included
     console.print(f"[green]stage 1 done[/green] (until {until.value}): {run_dir}", highlight=False)
     for name, artifact in artifacts.items():
         console.print(f"  {name:<20} {artifact.path}", highlight=False)
