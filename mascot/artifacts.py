@@ -22,6 +22,8 @@ from typing import Any
 import polars as pl
 from pydantic import BaseModel, ConfigDict
 
+from mascot.redaction import redact
+
 PACKAGES = ("mascot", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "prefect", "polars",
             "openai", "pydantic", "wandb")
 
@@ -141,17 +143,12 @@ class RunDir:
     def manifest(self) -> Path:
         return self.root / "manifest.json"
 
-    def stage1(self, name: str) -> Path:
-        return self.root / "stage1" / name
+    def path(self, stage: str, *parts: str) -> Path:
+        """An artifact's path: `path("stage1", "pairs.parquet")` is `<run>/stage1/pairs.parquet`."""
+        return self.root.joinpath(stage, *parts)
 
     def shard(self, stage: str, kind: str, index: int) -> Path:
-        return self.root / stage / "shards" / kind / f"{kind}-{index:05d}.parquet"
-
-    def checkpoints(self, stage: str, name: str, *inputs: BaseModel) -> Path:
-        """Training checkpoints of one set of inputs (settings, artifacts): a retry of the same training
-        resumes there, while changed inputs get a folder of their own and start afresh."""
-        key = content_sha256([item.model_dump(mode="json") for item in inputs])
-        return self.root / stage / "checkpoints" / f"{name}-{key[:16]}"
+        return self.path(stage, "shards", kind, f"{kind}-{index:05d}.parquet")
 
     @property
     def prefect_results(self) -> Path:
@@ -166,10 +163,14 @@ class RunDir:
                 recorded[name] = {"path": str(artifact.path.relative_to(self.root)), "sha256": artifact.sha256}
 
     def start(self, config: BaseModel, config_path: Path | None = None) -> None:
-        """Write the run's identity to the manifest: config, its hash, package versions, git commit."""
+        """Write the run's identity to the manifest: config, its hash, package versions, git commit.
+
+        The config is written redacted: it holds no secret by design, and should one have got
+        past validation, it still does not reach the file.
+        """
         with self._locked_manifest() as manifest:
             manifest.update(
-                config=config.model_dump(mode="json"),
+                config=redact(config.model_dump(mode="json")),
                 config_hash=content_sha256(config),
                 config_path=str(config_path) if config_path else None,
                 packages=package_versions(),

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from mascot.yamlio import load_validated
+from mascot.yamlio import FieldError, load_validated, require_unique_ids
 
 Slug = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$", max_length=48)]
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
@@ -48,12 +48,9 @@ class Roster(Strict):
 
     @model_validator(mode="after")
     def _ids_unique_and_some_enabled(self) -> Roster:
-        ids = [p.id for p in self.personas]
-        duplicates = sorted({i for i in ids if ids.count(i) > 1})
-        if duplicates:
-            raise ValueError(f"persona ids must be unique; repeated: {', '.join(duplicates)}")
+        require_unique_ids("personas", [p.id for p in self.personas], "persona")
         if not any(p.enabled for p in self.personas):
-            raise ValueError("at least one persona must be enabled")
+            raise FieldError("personas", "at least one persona must be enabled")
         return self
 
     @property
@@ -97,11 +94,9 @@ class UserProfiles(Strict):
 
     @model_validator(mode="after")
     def _ids_unique(self) -> UserProfiles:
-        ids = [p.id for p in self.profiles]
-        duplicates = sorted({i for i in ids if ids.count(i) > 1})
-        if duplicates:
-            raise ValueError(f"profile ids must be unique; repeated: {', '.join(duplicates)}")
+        require_unique_ids("profiles", [p.id for p in self.profiles], "profile")
         return self
+
 
 
 def load_roster(path: str | Path) -> Roster:

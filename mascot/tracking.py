@@ -1,68 +1,33 @@
-"""What a Stage 1 run reports: counts, score distributions, pair statistics, failures, cache use.
+"""wandb for every stage: one run per flow run, and a way to log a stage's metrics to it.
 
-`stage1_summary` computes it from the artifacts; `log_to_wandb` sends it to one wandb run
-(offline in the tiny profile). The flow also publishes it as Prefect artifacts.
+Stages describe what they log with plain values, `Histogram`s and tables (lists of rows); only this
+module knows wandb's types. The wandb config is the run config, redacted (`mascot.redaction`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-import polars as pl
-
-from mascot.config import RunConfig, TrackingConfig
-from mascot.judges.panel import agreement
-from mascot.judges.rubrics import Rubric
-from mascot.pairs import pairs_summary
+from mascot.config import RunConfig
+from mascot.redaction import redact
 
 
-def stage1_summary(rubric: Rubric, contexts: pl.DataFrame, candidates: pl.DataFrame, judgments: pl.DataFrame,
-                   pairs: pl.DataFrame, cache: dict[str, float]) -> dict[str, Any]:
-    criteria = rubric.criterion_ids
-    ok = judgments.filter(pl.col("ok"))
-    failures = judgments.filter(~pl.col("ok"))
-    n_queries = candidates["query_id"].n_unique()
-    by_persona = (
-        ok.join(candidates.select("query_id", "candidate_idx", "persona"), on=["query_id", "candidate_idx"])
-        .group_by("persona").agg(*[pl.col(c).mean() for c in [*criteria, "overall"]], pl.len().alias("n"))
-        .sort("persona")
-    )
-    return {
-        "counts": {
-            "contexts": contexts.height, "queries": n_queries, "candidates": candidates.height,
-            "judgments": judgments.height, "judge_failures": failures.height, "pairs": pairs.height,
-        },
-        "judge_failures": {
-            "rate": failures.height / judgments.height if judgments.height else 0.0,
-            "by_judge": dict(failures.group_by("judge").len().sort("judge").iter_rows()),
-            "examples": failures["error"].head(3).to_list(),
-        },
-        "scores": {
-            column: _distribution(ok[column]) for column in [*criteria, "overall"]
-        },
-        "scores_by_persona": by_persona.to_dicts(),
-        "pairs": pairs_summary(pairs, n_queries),
-        "agreement": agreement(judgments),
-        "request_cache": cache,
-    }
+@dataclass(frozen=True)
+class Histogram:
+    """Raw `values`, or a histogram already binned into `counts` over `edges`."""
 
-
-def _distribution(values: pl.Series) -> dict[str, Any]:
-    array = values.drop_nulls().to_numpy()
-    if array.size == 0:
-        return {"n": 0, "mean": None, "sd": None, "histogram": {"edges": [], "counts": []}}
-    counts, edges = np.histogram(array, bins=np.arange(0.75, 5.5, 0.5))
-    return {"n": int(array.size), "mean": float(array.mean()), "sd": float(array.std(ddof=1)) if array.size > 1 else 0.0,
-            "histogram": {"edges": edges.tolist(), "counts": counts.tolist()}}
+    values: Sequence[float] | None = None
+    counts: Sequence[int] | None = None
+    edges: Sequence[float] | None = None
 
 
 @contextlib.contextmanager
-def wandb_run(config: RunConfig, job: str) -> Iterator[Any]:
-    """One wandb run for one flow run; trainers and summaries inside it log to it. None when disabled."""
-    tracking: TrackingConfig = config.tracking
+def wandb_run(config: RunConfig, stage: str) -> Iterator[Any]:
+    """One wandb run for one flow run of `stage`; trainers and summaries inside it log to it. None when disabled."""
+    tracking = config.tracking
     if tracking.wandb_mode == "disabled":
         yield None
         return
@@ -73,8 +38,8 @@ def wandb_run(config: RunConfig, job: str) -> Iterator[Any]:
                           "pip install 'mascot[wandb]', or set tracking.wandb_mode: disabled") from exc
     config.run_dir.mkdir(parents=True, exist_ok=True)
     run = wandb.init(project=tracking.wandb_project, mode=tracking.wandb_mode, dir=str(config.run_dir),
-                     name=f"{config.run.name}-{job}", group=config.run.name, job_type=job,
-                     config=config.model_dump(mode="json"))  # holds env-var names, never secret values
+                     name=f"{config.run.name}-{stage}", group=config.run.name, job_type=stage,
+                     config=redact(config.model_dump(mode="json")))
     exit_code = 1
     try:
         yield run
@@ -83,123 +48,24 @@ def wandb_run(config: RunConfig, job: str) -> Iterator[Any]:
         run.finish(exit_code=exit_code)
 
 
-def log_to_wandb(job: str, summary: dict[str, Any], pairs: pl.DataFrame) -> str | None:
-    """Log a stage summary to the active wandb run; returns its folder, or None when there is none."""
+def log_metrics(stage: str, metrics: dict[str, Any]) -> str | None:
+    """Log `metrics` as `<stage>/<name>` to the active wandb run; returns its folder, or None when there is none.
+
+    A value is a number, a `Histogram`, or a table as a non-empty list of rows (dicts with the same keys).
+    """
     try:
         import wandb
     except ImportError:
         return None
     if wandb.run is None:
         return None
-    flat = {f"{job}/count/{k}": v for k, v in summary["counts"].items()}
-    flat[f"{job}/judge_failure_rate"] = summary["judge_failures"]["rate"]
-    for name, dist in summary["scores"].items():
-        if dist["n"]:
-            flat[f"{job}/score_mean/{name}"] = dist["mean"]
-            histogram = dist["histogram"]
-            flat[f"{job}/score/{name}"] = wandb.Histogram(np_histogram=(histogram["counts"], histogram["edges"]))
-    flat.update({f"{job}/request_cache/{k}": v for k, v in summary["request_cache"].items()})
-    flat[f"{job}/pairs_per_query_mean"] = summary["pairs"]["pairs_per_query_mean"]
-    if pairs.height:
-        flat[f"{job}/margin"] = wandb.Histogram(pairs["margin"].to_numpy())
-        flat[f"{job}/pairs_per_query"] = wandb.Histogram(pairs.group_by("query_id").len()["len"].to_numpy())
-    rows = summary["scores_by_persona"]
-    if rows:
-        flat[f"{job}/scores_by_persona"] = wandb.Table(columns=list(rows[0]), data=[list(r.values()) for r in rows])
-    if "persona_rm" in summary:
-        accuracy = summary["persona_rm"]["held_out"]["accuracy"]
-        flat[f"{job}/persona_rm/held_out_accuracy"] = accuracy["value"]
-    if "before_after" in summary:
-        table = before_after_rows(summary["before_after"])
-        flat[f"{job}/before_after"] = wandb.Table(columns=list(table[0]), data=[list(r.values()) for r in table])
-        for name, score in summary["before_after"]["scores"].items():
-            flat[f"{job}/before_after/{name}_difference"] = score["difference"]["mean"]
-    wandb.run.log(flat)
+    logged = {}
+    for name, value in metrics.items():
+        if isinstance(value, Histogram):
+            value = (wandb.Histogram(value.values) if value.values is not None
+                     else wandb.Histogram(np_histogram=(value.counts, value.edges)))
+        elif isinstance(value, list):
+            value = wandb.Table(columns=list(value[0]), data=[list(row.values()) for row in value])
+        logged[f"{stage}/{name}"] = value
+    wandb.run.log(logged)
     return wandb.run.dir
-
-
-def before_after_rows(before_after: dict[str, Any]) -> list[dict[str, Any]]:
-    """The before/after table: one row per score, each number with its n and interval."""
-    rows = []
-    for name, score in before_after["scores"].items():
-        base, speaker, difference = score["base"], score["speaker"], score["difference"]
-        rows.append({"score": name, "n": difference["n"], "base_mean": base["mean"], "base_sd": base["sd"],
-                     "speaker_mean": speaker["mean"], "speaker_sd": speaker["sd"],
-                     "difference": difference["mean"], "ci_low": difference["ci_low"], "ci_high": difference["ci_high"]})
-    return rows
-
-
-def stage1_markdown(summary: dict[str, Any]) -> str:
-    counts, failures, cache = summary["counts"], summary["judge_failures"], summary["request_cache"]
-    lines = ["# Stage 1", "", "## Data", "", "| | count |", "|---|---|"]
-    lines += [f"| {name} | {value} |" for name, value in counts.items()]
-    by_judge = ", ".join(f"{judge}: {n}" for judge, n in failures["by_judge"].items()) or "none"
-    lines += ["",
-              f"Judge failures: {failures['rate']:.1%} of judgments ({by_judge}).",
-              f"Request cache: {cache.get('hits', 0)} hits, {cache.get('misses', 0)} misses this run.",
-              "", "| score | n | mean | sd |", "|---|---|---|---|"]
-    for name, dist in summary["scores"].items():
-        if dist["n"]:
-            lines.append(f"| {name} | {dist['n']} | {dist['mean']:.2f} | {dist['sd']:.2f} |")
-    if "persona_rm" in summary:
-        lines += ["", *reward_model_markdown(summary["persona_rm"])]
-    if "speaker" in summary:
-        lines += ["", *speaker_markdown(summary["speaker"])]
-    if "before_after" in summary:
-        lines += ["", *before_after_markdown(summary["before_after"])]
-    return "\n".join(lines) + "\n"
-
-
-def _interval(share: dict[str, Any]) -> str:
-    if share["n"] == 0:
-        return "n/a (n=0)"
-    return f"{share['value']:.1%} [{share['ci_low']:.1%}, {share['ci_high']:.1%}] (n={share['n']})"
-
-
-def reward_model_markdown(metrics: dict[str, Any]) -> list[str]:
-    held_out, training = metrics["held_out"], metrics["training"]
-    margin = held_out["margin"]
-    lines = ["## Persona reward model", "",
-             (f"Held-out pair accuracy: {_interval(held_out['accuracy'])}, Wilson 95% interval; chance is 50%. "
-             f"Training-pair accuracy: {_interval(metrics['train']['accuracy'])}."), "",
-             "| persona | held-out accuracy [95% CI] (n) |", "|---|---|"]
-    lines += [f"| {persona} | {_interval(share)} |" for persona, share in held_out["by_persona"].items()]
-    if margin["n"]:
-        lines += ["", (f"Held-out reward margin (chosen - rejected): mean {margin['mean']:.3f}, sd {margin['sd']:.3f}, "
-                      f"median {margin['median']:.3f}, n={margin['n']}.")]
-    lines += ["", (f"Trained {training['steps']} steps on {training['train_pairs']} pairs; "
-                  f"{training['held_out_pairs']} pairs of {len(training['held_out_contexts'])} held-out contexts.")]
-    return lines
-
-
-def speaker_markdown(metrics: dict[str, Any]) -> list[str]:
-    parameters, training, history = metrics["trainable_parameters"], metrics["training"], metrics["log_history"]
-    lines = ["## GRPO Speaker", "",
-             f"LoRA: {parameters['trainable']:,} of {parameters['total']:,} parameters trainable "
-             f"({parameters['fraction']:.3%}). {training['steps']} steps on {training['prompts']} prompts"
-             + (f", resumed from step {training['resumed_from_step']}." if training["resumed_from_step"] else ".")]
-    if history:
-        # Each step sees a few prompts only, so single steps are noise: compare the first and last tenth.
-        window = max(1, len(history) // 10)
-        first, last = history[:window], history[-window:]
-        lines += ["", (f"Weighted reward, mean over steps {first[0]['step']}-{first[-1]['step']}: "
-                       f"{np.mean([e['reward'] for e in first]):.3f}; over steps {last[0]['step']}-{last[-1]['step']}: "
-                       f"{np.mean([e['reward'] for e in last]):.3f} (see reward_curve.png). The held-out comparison "
-                       "below is the measurement; this is the training signal.")]
-    return lines
-
-
-def before_after_markdown(metrics: dict[str, Any]) -> list[str]:
-    lines = ["## Before and after GRPO, on held-out prompts", "",
-             (f"{metrics['prompts']} held-out prompts, {metrics['samples_per_prompt']} sample(s) per prompt and policy, "
-             f"same seeds for both; judge failures: {metrics['judge_failures']}."), "",
-             "| score | n | base mean ± sd | Speaker mean ± sd | difference [95% CI] |", "|---|---|---|---|---|"]
-    for row in before_after_rows(metrics):
-        if row["n"] == 0:
-            lines.append(f"| {row['score']} | 0 | n/a | n/a | n/a |")
-            continue
-        lines.append(f"| {row['score']} | {row['n']} | {row['base_mean']:.3f} ± {row['base_sd']:.3f} | "
-                     f"{row['speaker_mean']:.3f} ± {row['speaker_sd']:.3f} | "
-                     f"{row['difference']:+.3f} [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}] |")
-    lines += ["", "Differences are Speaker - base, averaged per prompt; intervals are paired bootstrap (BCa)."]
-    return lines

@@ -1,8 +1,9 @@
-"""Prefect tasks of Stage 1: each a thin wrapper over one library function.
+"""Prefect tasks of Stage 1: each a thin wrapper over one library call.
 
-Sampling, judging, training and comparison tasks are cached by `artifact_cache_key`; their results
-(paths and hashes) are persisted inside the run directory. LLM tasks retry with backoff, training
-tasks retry once from their last checkpoint.
+A task takes a few named inputs (a config section, artifacts, an output path) and returns an
+artifact. Sampling, judging, training and comparison tasks are cached by `artifact_cache_key`;
+their results (paths and hashes) are persisted inside the run directory. LLM tasks retry with
+backoff, training tasks retry once from their last checkpoint.
 """
 
 from __future__ import annotations
@@ -12,16 +13,15 @@ from pathlib import Path
 from prefect import task
 from prefect.tasks import exponential_backoff
 
-from mascot import stage1
 from mascot.artifacts import Artifact
-from mascot.config import BackendConfig, CorpusConfig, JudgeConfig
-from mascot.evaluation.before_after import BeforeAfterSettings, compare_speakers
-from mascot.judges.rubrics import Rubric, load_rubric
-from mascot.llm import make_backend
+from mascot.config import BackendConfig, BeforeAfterConfig, DataConfig, RewardModelConfig, SpeakerConfig, Stage1Config
+from mascot.data import contexts as contexts_io
+from mascot.judges.panel import PanelSpec
+from mascot.queries import Queries
 from mascot.roster import Roster
 from mascot.roster import load_roster as read_roster
-from mascot.train.grpo import SpeakerSettings, train_speaker
-from mascot.train.reward_model import RewardModelSettings, train_reward_model
+from mascot.stage1 import before_after, speaker, steps
+from mascot.train.reward_model import train_reward_model
 from mascot.train.runtime import TrainingSetupError
 from tasks.caching import artifact_cache_key
 
@@ -44,61 +44,63 @@ def load_roster(path: Path) -> Roster:
 
 
 @task
-def load_rubric_file(path: Path) -> Rubric:
-    return load_rubric(path)
+def load_panel(stage1: Stage1Config) -> PanelSpec:
+    return PanelSpec.load(stage1.judges, stage1.rubric)
 
 
 @task
-def load_contexts(corpus: CorpusConfig, seed: int, out: Path) -> Artifact:
+def write_contexts(data: DataConfig, seed: int, out: Path) -> Artifact:
     # Not cached: reading the corpus is cheap, and a changed corpus file must be noticed.
     # Identical contexts give an identical hash, so downstream caches still hit.
-    return stage1.write_contexts(corpus, seed, out)
+    return contexts_io.write_contexts(data, seed, out)
 
 
 @task(**CACHED, **LLM_RETRIES, tags=["llm"])
-def sample_candidates(generation: BackendConfig, model_path: str, k: int, seed: int, contexts: Artifact,
-                      roster: Roster, query_ids: list[str], request_cache: Path, out: Path) -> Artifact:
-    cache = stage1.shared_cache(request_cache)
-    backend = make_backend(generation, model_path=model_path, cache=cache)
-    return stage1.sample_shard(backend, generation, k, seed, contexts, roster, query_ids, out, cache=cache)
+def sample_candidates(generation: BackendConfig, k: int, seed: int, shard: Queries, requests: Path,
+                      out: Path) -> Artifact:
+    return steps.sample_shard(generation, k, seed, shard, requests, out)
 
 
 @task(**CACHED, **LLM_RETRIES, tags=["llm"])
-def judge_candidates(judges: list[JudgeConfig], model_paths: dict[str, str], rubric: Rubric, seed: int,
-                     contexts: Artifact, roster: Roster, candidates: Artifact, request_cache: Path,
+def judge_candidates(panel: PanelSpec, seed: int, shard: Queries, candidates: Artifact, requests: Path,
                      out: Path) -> Artifact:
-    panel = stage1.make_judges(judges, rubric, model_paths, request_cache)
-    return stage1.judge_shard(panel, rubric, seed, contexts, roster, candidates, out,
-                              cache=stage1.shared_cache(request_cache))
+    return steps.judge_shard(panel, seed, shard, candidates, requests, out)
 
 
 @task(**CACHED)
 def merge_shards(shards: list[Artifact], out: Path) -> Artifact:
-    return stage1.merge_shards(shards, out)
+    return steps.merge_shards(shards, out)
 
 
 @task(**CACHED)
-def build_pairs(settings: stage1.PairSettings, contexts: Artifact, roster: Roster, candidates: Artifact,
-                judgments: Artifact, out: Path) -> Artifact:
-    return stage1.build_pairs(settings, contexts, roster, candidates, judgments, out)
+def build_pairs(stage1: Stage1Config, queries: Queries, candidates: Artifact, judgments: Artifact,
+                out: Path) -> Artifact:
+    return steps.build_pairs(stage1, queries, candidates, judgments, out)
 
 
 @task(**CACHED, **TRAINING_RETRIES, tags=["training"])
-def train_persona_rm(settings: RewardModelSettings, pairs: Artifact, contexts: Artifact, out: Path,
-                     checkpoints: Path) -> Artifact:
-    return train_reward_model(settings, pairs, contexts, out, checkpoints)
+def train_persona_rm(config: RewardModelConfig, pairs: Artifact, contexts: Artifact, out: Path) -> Artifact:
+    return train_reward_model(config, pairs, contexts, out, group_by="persona", name="persona_rm")
 
 
 @task(**CACHED, **TRAINING_RETRIES, tags=["training"])
-def train_grpo_speaker(settings: SpeakerSettings, contexts: Artifact, roster: Roster, persona_rm: Artifact,
-                       out: Path, checkpoints: Path) -> Artifact:
-    return train_speaker(settings, contexts, roster, persona_rm, out, checkpoints)
+def train_speaker(config: SpeakerConfig, queries: Queries, persona_rm: Artifact, out: Path) -> Artifact:
+    return speaker.train_speaker(config, queries, persona_rm, out)
 
 
 @task(**CACHED, **LLM_RETRIES, tags=["llm"])
-def compare_before_after(settings: BeforeAfterSettings, judges: list[JudgeConfig], model_paths: dict[str, str],
-                         rubric: Rubric, contexts: Artifact, roster: Roster, persona_rm: Artifact, speaker: Artifact,
-                         request_cache: Path, out: Path) -> Artifact:
-    panel = stage1.make_judges(judges, rubric, model_paths, request_cache)
-    return compare_speakers(settings, contexts, roster, persona_rm, speaker, panel, rubric, out,
-                            cache=stage1.shared_cache(request_cache))
+def sample_policies(config: SpeakerConfig, compare: BeforeAfterConfig, held_out: Queries, adapter: Artifact,
+                    requests: Path, out: Path) -> Artifact:
+    return before_after.sample_policies(config, compare, held_out, adapter, requests, out)
+
+
+@task(**CACHED)
+def score_replies(config: SpeakerConfig, held_out: Queries, persona_rm: Artifact, samples: Artifact,
+                  out: Path) -> Artifact:
+    return before_after.score_replies(config, held_out, persona_rm, samples, out)
+
+
+@task(**CACHED)
+def compare_policies(compare: BeforeAfterConfig, seed: int, scored: Artifact, judgments: Artifact,
+                     out: Path) -> Artifact:
+    return before_after.compare_policies(compare, seed, scored, judgments, out)

@@ -83,7 +83,7 @@ class Judge(Protocol):
 
 
 def judge_items(candidates: Iterable) -> list[JudgeItem]:
-    """Flatten `mascot.candidates.Candidates` (a query plus its K texts) into judge items."""
+    """Flatten `mascot.stage1.candidates.Candidates` (a query plus its K texts) into judge items."""
     return [
         JudgeItem(
             query_id=group.query.id, candidate_idx=index, context=group.query.context,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import cache, lru_cache
 
 from mascot.judges.base import JudgeItem, Judgment
-from mascot.judges.rubrics import Rubric
+from mascot.rubrics import Rubric
 
 WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from mascot.config import SamplingParams
 from mascot.data.context import Context
 from mascot.judges.base import JudgeItem, Judgment
-from mascot.judges.rubrics import Rubric
+from mascot.rubrics import Rubric
 from mascot.llm import LLMBackend
 from mascot.prompts import render
 

@@ -10,18 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from itertools import combinations
+from pathlib import Path
 from typing import Any, Literal
 
 import polars as pl
 
-from mascot.candidates import request_seed
-from mascot.config import JudgeConfig, Stage1Config
+from pydantic import BaseModel, ConfigDict
+
+from mascot.config import JudgeConfig
 from mascot.judges.base import Judge, JudgeItem, Judgment
 from mascot.judges.heuristic import HeuristicJudge
 from mascot.judges.llm_judge import LLMJudge
-from mascot.judges.rubrics import Rubric
+from mascot.llm import RequestCache, make_backend
+from mascot.queries import request_seed
+from mascot.rubrics import Rubric, load_rubric
 
 Aggregation = Literal["mean", "zscore"]
 KEY = ["query_id", "candidate_idx"]
@@ -78,27 +82,35 @@ class JudgePanel:
         return aggregate_scores(frame, self.aggregation, judges=self.names)
 
 
-def make_judge(config: JudgeConfig, rubric: Rubric, *, cache=None, model_path: str | None = None) -> Judge:
-    """The judge a config entry describes; `model_path` resolves a `tiny:` model to its folder."""
+class PanelSpec(BaseModel):
+    """A judge panel as a value: its judges' configs and the rubric they score against.
+
+    It holds the rubric's content, not its path, so that as a step's input (and cache key) an edit
+    to the rubric file re-runs every step that judges. How scores are aggregated is not part of
+    it: that decides the pairs, not the judgments.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    judges: list[JudgeConfig]
+    rubric: Rubric
+
+    @classmethod
+    def load(cls, judges: list[JudgeConfig], rubric: Path) -> PanelSpec:
+        return cls(judges=judges, rubric=load_rubric(rubric))
+
+
+def make_judge(config: JudgeConfig, rubric: Rubric, *, cache: RequestCache | None = None) -> Judge:
+    """The judge a config entry describes (its `tiny:` model, if any, already resolved to a folder)."""
     if config.kind == "heuristic":
         return HeuristicJudge(rubric, name=config.label)
-    from mascot.llm import make_backend
-
-    backend = make_backend(config.backend, model_path=model_path, cache=cache)
+    backend = make_backend(config.backend, cache=cache)
     return LLMJudge(backend, rubric, name=config.label, max_attempts=config.max_attempts,
                     params=config.backend.params)
 
 
-def make_panel(
-    stage1: Stage1Config, rubric: Rubric, *, cache=None, model_paths: Mapping[str, str] | None = None
-) -> JudgePanel:
-    """The Stage 1 panel; `model_paths` maps model references (e.g. 'tiny:lm') to local folders."""
-    model_paths = model_paths or {}
-    judges = [
-        make_judge(c, rubric, cache=cache, model_path=model_paths.get(c.backend.model) if c.backend else None)
-        for c in stage1.judges
-    ]
-    return JudgePanel(judges, stage1.aggregation)
+def make_panel(spec: PanelSpec, *, cache: RequestCache | None = None, aggregation: Aggregation = "mean") -> JudgePanel:
+    return JudgePanel([make_judge(c, spec.rubric, cache=cache) for c in spec.judges], aggregation)
 
 
 def frame_schema(rubric: Rubric) -> dict[str, pl.DataType]:

@@ -14,11 +14,11 @@ from mascot.llm.base import (
     LLMBackend,
     MessageLike,
     MissingAPIKey,
-    MissingTrainExtra,
     normalize_messages,
 )
-from mascot.llm.cache import CachedBackend, CacheStats, RequestCache, describe_request, request_key
+from mascot.llm.cache import CachedBackend, CacheStats, RequestCache, describe_request, request_key, shared_cache
 from mascot.llm.factory import make_backend
+from mascot.torch_runtime import MissingTrainExtra
 
 __all__ = [
     "BackendError",
@@ -35,6 +35,7 @@ __all__ = [
     "make_backend",
     "normalize_messages",
     "request_key",
+    "shared_cache",
 ]
 
 

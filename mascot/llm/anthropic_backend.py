@@ -78,7 +78,7 @@ class AnthropicBackend(RemoteBackend):
         client = anthropic.AsyncAnthropic(
             # An explicit key also stops the SDK from looking for profiles and other credentials.
             api_key=self._api_key(),
-            base_url=self.url,  # explicit, so an ANTHROPIC_BASE_URL variable cannot redirect it silently
+            base_url=self.endpoint,  # explicit, so an ANTHROPIC_BASE_URL variable cannot redirect it silently
             timeout=self.timeout_s,
             max_retries=self.max_retries,
             http_client=http_client,

@@ -34,16 +34,6 @@ class MissingAPIKey(BackendError):
     """The environment variable that should hold the API key is not set."""
 
 
-class MissingTrainExtra(ImportError):
-    """The in-process backend needs torch and peft, which come with the `train` extra."""
-
-    def __init__(self, missing: str):
-        super().__init__(
-            f"the transformers backend needs '{missing}', which is not installed; "
-            "install it with: pip install 'mascot[train]'"
-        )
-
-
 @runtime_checkable
 class LLMBackend(Protocol):
     """Anything that can sample chat completions.

@@ -166,6 +166,19 @@ class RequestCache:
         self._lock = threading.Lock()
 
 
+_shared: dict[Path, RequestCache] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_cache(path: str | Path) -> RequestCache:
+    """One request cache per file and process, so its hit and miss counts cover a whole run."""
+    path = Path(path)
+    with _shared_lock:  # shards start in several threads at once
+        if path not in _shared:
+            _shared[path] = RequestCache(path)
+        return _shared[path]
+
+
 class CachedBackend:
     """Wrap any backend: answer from the request cache when possible, otherwise call and store.
 

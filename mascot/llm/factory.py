@@ -11,15 +11,12 @@ VENDOR_KINDS = ("anthropic", "google")
 # ANTHROPIC_API_KEY, or GOOGLE_API_KEY then GEMINI_API_KEY.
 
 
-def make_backend(
-    config: BackendConfig, *, model_path: str | None = None, cache: RequestCache | None = None
-) -> LLMBackend:
-    """The backend for `config`; `model_path` replaces `config.model` for locally resolved models.
+def make_backend(config: BackendConfig, *, cache: RequestCache | None = None) -> LLMBackend:
+    """The backend for `config`, answering from `cache` where it can.
 
-    For `kind: openai`, `anthropic` and `google` the model name is always `config.model` (what the
-    server was started with, or the vendor's model id), so `model_path` is ignored there. For
-    `kind: transformers`, a `tiny:` reference must be resolved to a folder first
-    (`mascot.train.tiny`) and passed as `model_path`.
+    For `kind: openai`, `anthropic` and `google` the model name is what the server was started with,
+    or the vendor's model id. For `kind: transformers`, a `tiny:` reference must be resolved to its
+    folder first (`mascot.train.tiny.resolve_tiny_models`).
     """
     if config.kind == "openai":
         from mascot.llm.openai_backend import OpenAIBackend
@@ -37,13 +34,12 @@ def make_backend(
     else:
         from mascot.llm.transformers_backend import TransformersBackend
 
-        model = model_path or config.model
-        if model.startswith("tiny:"):
+        if config.model.startswith("tiny:"):
             raise BackendError(
-                f"model {model!r} is a tiny-model reference; build it with mascot.train.tiny and pass "
-                "its folder as model_path"
+                f"model {config.model!r} is a tiny-model reference; resolve it to its folder first with "
+                "mascot.train.tiny.resolve_tiny_models"
             )
-        backend = TransformersBackend(model, adapter=config.adapter, device=config.device)
+        backend = TransformersBackend(config.model, adapter=config.adapter, device=config.device)
     return CachedBackend(backend, cache) if cache is not None else backend
 
 

@@ -81,7 +81,7 @@ class GoogleBackend(RemoteBackend):
     def _open(self) -> tuple[genai.Client, httpx2.AsyncClient, asyncio.Semaphore]:
         http_client = httpx2.AsyncClient(event_hooks={"request": [self._count_request]})
         options = types.HttpOptions(
-            base_url=self.url,
+            base_url=self.endpoint,
             timeout=round(self.timeout_s * 1000),  # milliseconds
             retry_options=types.HttpRetryOptions(
                 attempts=self.max_retries + 1,  # the SDK counts the first try as an attempt

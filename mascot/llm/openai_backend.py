@@ -55,7 +55,7 @@ class OpenAIBackend(RemoteBackend):
         http_client = openai.DefaultAsyncHttpxClient(event_hooks={"request": [self._count_request]})
         client = openai.AsyncOpenAI(
             api_key=self._api_key(),
-            base_url=self.url,  # explicit, so an OPENAI_BASE_URL variable cannot redirect it silently
+            base_url=self.endpoint,  # explicit, so an OPENAI_BASE_URL variable cannot redirect it silently
             timeout=self.timeout_s,
             max_retries=self.max_retries,
             http_client=http_client,

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from mascot.llm.base import MissingAPIKey
+from mascot.redaction import redact_url, redact_value
 
 # Servers other than the vendor's (vLLM, proxies, loopback tests) accept any key; clients insist on one.
 PLACEHOLDER_KEY = "EMPTY"
@@ -51,15 +52,21 @@ class RemoteBackend:
         self._per_loop: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     @property
-    def url(self) -> str:
+    def endpoint(self) -> str:
+        """Where requests go; only the SDK client sees it."""
         return self.base_url or self.default_url
+
+    @property
+    def url(self) -> str:
+        """The endpoint as messages and logs show it: without credentials, should a URL carry any."""
+        return redact_url(self.endpoint)
 
     def __repr__(self) -> str:
         # Deliberately no key, and no client (whose repr could show headers).
         return f"{type(self).__name__}(model={self.model!r}, url={self.url!r})"
 
     def is_vendor_url(self) -> bool:
-        host = urlparse(self.url).hostname or ""
+        host = urlparse(self.endpoint).hostname or ""
         return host == self.vendor_domain or host.endswith("." + self.vendor_domain)
 
     def _api_key(self) -> str:
@@ -69,7 +76,8 @@ class RemoteBackend:
                 return os.environ[name]
         if self.is_vendor_url():
             raise MissingAPIKey(
-                f"the environment variable {' or '.join(names)} is not set; it must hold the API key for "
+                f"the environment variable {' or '.join(map(str, map(redact_value, names)))} is not set; "
+                f"it must hold the API key for "
                 f"{self.url} (or set api_key_env to the variable that holds it, or base_url to a local server)"
             )
         return PLACEHOLDER_KEY

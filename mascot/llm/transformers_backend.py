@@ -19,13 +19,13 @@ import hashlib
 import logging
 import threading
 from collections.abc import Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mascot.config import SamplingParams
-from mascot.llm.base import MessageLike, MissingTrainExtra, check_n, normalize_messages, truncate_at_stop
+from mascot.llm.base import MessageLike, check_n, normalize_messages, truncate_at_stop
+from mascot.torch_runtime import MissingTrainExtra, quiet_transformers, require_torch, resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -41,35 +41,6 @@ _LOADED: dict[tuple[str, str | None, str], LoadedModel] = {}
 _LOAD_LOCK = threading.Lock()
 # set_seed touches global RNG state, so generation runs one call at a time in the process.
 _GENERATE_LOCK = threading.Lock()
-
-
-@contextmanager
-def quiet_transformers():
-    """Hide transformers' load reports and progress bars; mascot reports its own progress."""
-    from transformers.utils import logging as hf_logging
-
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        hf_logging.enable_progress_bar()
-
-
-def require_torch():
-    try:
-        import torch
-    except ImportError as exc:
-        raise MissingTrainExtra("torch") from exc
-    return torch
-
-
-def resolve_device(device: str) -> str:
-    if device != "auto":
-        return device
-    return "cuda" if require_torch().cuda.is_available() else "cpu"
 
 
 def adapter_fingerprint(adapter: str | Path) -> str:

@@ -8,7 +8,7 @@ from mascot.config import LoraConfig
 
 
 def peft_lora_config(lora: LoraConfig, task_type: str = "CAUSAL_LM"):
-    """The PEFT config for `train.lora`: rank, alpha and dropout on the named projections."""
+    """The PEFT config for a policy's `lora` section: rank, alpha and dropout on the named projections."""
     from peft import LoraConfig as PeftLoraConfig
 
     return PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,

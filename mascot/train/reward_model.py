@@ -1,9 +1,11 @@
-"""The persona reward model: TRL's RewardTrainer on the Stage 1 preference pairs.
+"""Reward models: TRL's RewardTrainer on a table of preference pairs, and the trained model as a scorer.
 
-The pairs are conversational: the persona's speaker prompt (system message) and the context,
-then the chosen or the rejected reply. A scalar head on the base model (Qwen3-0.6B in the paper)
-learns to rank them (Bradley-Terry loss). Pairs of held-out contexts are never trained on; they
-measure pair accuracy, overall and per persona, with Wilson intervals.
+One trainer serves every reward model of the recipe: the persona reward model of Stage 1 (pairs of
+replies to one query) and the group reward model of Stage 2 (pairs of trajectories from one state).
+The pairs are conversational: a `prompt` (chat messages), then the `chosen` or the `rejected`
+reply. A scalar head on the base model (Qwen3-0.6B in the paper) learns to rank them
+(Bradley-Terry loss). Pairs of held-out contexts (contexts.parquet's `held_out` column) are never
+trained on; they measure pair accuracy, overall and per group (persona, say), with Wilson intervals.
 
 The result is a full model folder (`AutoModelForSequenceClassification.from_pretrained` loads it),
 not a LoRA adapter: the whole network is trained, as the paper does for its reward models.
@@ -13,70 +15,119 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 from mascot.artifacts import Artifact, atomic_dir, dir_artifact, write_json
-from mascot.config import RewardModelTrainConfig, RunConfig
-from mascot.evaluation.stats import describe, histogram, proportion
-from mascot.llm.transformers_backend import quiet_transformers, require_torch, resolve_device
-from mascot.rewards import PersonaRewardModel
-from mascot.train.data import held_out_contexts, is_held_out, preference_records
+from mascot.config import RewardModelConfig
+from mascot.data.contexts import held_out_ids
+from mascot.queries import context_ids
+from mascot.stats import describe, histogram, proportion
+from mascot.torch_runtime import quiet_transformers, require_torch
 from mascot.train.runtime import (
     Resume,
-    TrainingSettings,
     TrainingSetupError,
+    checkpoint_dir,
     device_args,
     metrics_on_progress_bar,
+    trainer_device,
     wandb_callbacks,
 )
 
-
-class RewardModelSettings(TrainingSettings):
-    """Everything that decides the trained reward model (and so the task's cache key)."""
-
-    train: RewardModelTrainConfig
-
-    @classmethod
-    def of(cls, config: RunConfig, base_model: str) -> RewardModelSettings:
-        """The run config's slice; `base_model` is `models.persona_rm` resolved to a loadable path."""
-        return cls(**cls.shared(config, base_model), train=config.train.persona_rm)
+Messages = list[dict[str, str]]
 
 
-def train_reward_model(settings: RewardModelSettings, pairs: Artifact, contexts: Artifact, out: Path,
-                       checkpoints: Path) -> Artifact:
-    """Train on the training-side pairs, resuming from `checkpoints`; write the model and metrics.json."""
+class RewardModelScorer:
+    """A trained reward model as a function of (prompt, reply): it scores the two as one chat.
+
+    The chat is rendered with the tokenizer's chat template, as TRL's RewardTrainer rendered the
+    training pairs, so a reply is scored in exactly the form the model learned from. Called as a
+    TRL reward function, `fn(prompts, completions, **kwargs)`, it is logged under `name`.
+    """
+
+    def __init__(self, path: str | Path, *, name: str, device: str = "cpu", batch_size: int = 16,
+                 chat_template_kwargs: dict[str, Any] | None = None):
+        torch = require_torch()
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        with quiet_transformers():
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+            self.model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1).to(device).eval()
+        self.__name__ = name
+        self.device, self.batch_size = device, batch_size
+        self.chat_template_kwargs = chat_template_kwargs or {}
+        self._torch = torch
+
+    def score(self, prompts: list[Messages], replies: list[str]) -> list[float]:
+        ids = [
+            self.tokenizer.apply_chat_template([*prompt, {"role": "assistant", "content": reply}], tokenize=True,
+                                               return_dict=True, **self.chat_template_kwargs)["input_ids"]
+            for prompt, reply in zip(prompts, replies, strict=True)
+        ]
+        scores: list[float] = []
+        for start in range(0, len(ids), self.batch_size):
+            batch = self.tokenizer.pad({"input_ids": ids[start:start + self.batch_size]}, padding_side="right",
+                                       return_tensors="pt").to(self.device)
+            with self._torch.inference_mode():
+                scores += self.model(**batch).logits[:, 0].float().tolist()
+        return scores
+
+    def __call__(self, prompts: list[Messages], completions: list[Messages | str], **_: Any) -> list[float]:
+        replies = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+        return self.score(prompts, replies)
+
+
+def preference_records(pairs: pl.DataFrame) -> list[dict]:
+    """TRL's conversational preference format with an explicit prompt."""
+    return [
+        {"prompt": row["prompt"], "chosen": [{"role": "assistant", "content": row["chosen"]}],
+         "rejected": [{"role": "assistant", "content": row["rejected"]}]}
+        for row in pairs.iter_rows(named=True)
+    ]
+
+
+def train_reward_model(config: RewardModelConfig, pairs: Artifact, contexts: Artifact, out: Path, *,
+                       group_by: str, name: str) -> Artifact:
+    """Train on the pairs of training contexts, resuming from checkpoints; write the model and metrics.json.
+
+    `pairs` has `query_id` (whose context part marks it held out or not), `prompt`, `chosen`,
+    `rejected` and the `group_by` column that held-out accuracy is broken down by. `name` labels the
+    trainer's logs (`train/<name>/loss`) and the scorer.
+    """
     require_torch()
     from datasets import Dataset
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
     from trl import RewardConfig, RewardTrainer
 
     frame = pairs.read_parquet()
-    held_out = held_out_contexts(contexts.read_parquet()["context_id"], settings.held_out_fraction, settings.seed)
-    frame = frame.with_columns(held_out=is_held_out(frame["query_id"], held_out))
+    held_out = held_out_ids(contexts)
+    if not held_out:
+        raise TrainingSetupError(f"{contexts.path} holds no held-out context to evaluate the reward model on; it "
+                                 "needs at least 2 contexts (raise data.corpus.limit)")
+    frame = frame.with_columns(held_out=context_ids(frame["query_id"]).is_in(held_out))
     train_pairs, eval_pairs = frame.filter(~pl.col("held_out")), frame.filter(pl.col("held_out"))
     if train_pairs.is_empty():
         raise TrainingSetupError(f"{pairs.path} has no pairs outside the held-out contexts, so there is nothing to "
                                  "train the reward model on; lower stage1.margin or add contexts (data.corpus.limit)")
 
-    set_seed(settings.seed)  # the new scalar head is initialised reproducibly
+    set_seed(config.seed)  # the new scalar head is initialised reproducibly
     with quiet_transformers():
-        tokenizer = AutoTokenizer.from_pretrained(settings.base_model)
-        # float32 weights: with train.bf16 the trainer autocasts, and the optimizer keeps full precision.
-        model = AutoModelForSequenceClassification.from_pretrained(settings.base_model, num_labels=1,
-                                                                   dtype="float32")
+        tokenizer = AutoTokenizer.from_pretrained(config.model)
+        # float32 weights: with bf16 the trainer autocasts, and the optimizer keeps full precision.
+        model = AutoModelForSequenceClassification.from_pretrained(config.model, num_labels=1, dtype="float32")
     model.config.pad_token_id = tokenizer.pad_token_id
+    checkpoints = checkpoint_dir(out, config, pairs, contexts)
     args = RewardConfig(
-        output_dir=str(checkpoints), learning_rate=settings.train.learning_rate,
-        num_train_epochs=settings.train.epochs, per_device_train_batch_size=settings.train.batch_size,
-        gradient_accumulation_steps=settings.train.gradient_accumulation_steps,
-        max_length=settings.train.max_length, save_strategy="steps", save_steps=settings.train.save_steps,
-        save_total_limit=1, logging_steps=1, report_to="none", seed=settings.seed,
-        gradient_checkpointing=settings.gradient_checkpointing, **device_args(settings.bf16),
+        output_dir=str(checkpoints), learning_rate=config.learning_rate, num_train_epochs=config.epochs,
+        per_device_train_batch_size=config.batch_size, gradient_accumulation_steps=config.gradient_accumulation_steps,
+        max_length=config.max_length, save_strategy="steps", save_steps=config.save_steps, save_total_limit=1,
+        logging_steps=1, report_to="none", seed=config.seed, gradient_checkpointing=config.gradient_checkpointing,
+        **device_args(config),
     )
-    records = [{**r, "chat_template_kwargs": settings.chat_template_kwargs} for r in preference_records(train_pairs)]
+    records = [{**r, "chat_template_kwargs": config.chat_template_kwargs} for r in preference_records(train_pairs)]
     trainer = RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(records),
-                            processing_class=tokenizer, callbacks=wandb_callbacks("persona_rm"))
+                            processing_class=tokenizer, callbacks=wandb_callbacks(name))
     metrics_on_progress_bar(trainer, ["loss", "accuracy", "margin"])
     resume = Resume.latest(checkpoints)
     with quiet_transformers():
@@ -85,15 +136,15 @@ def train_reward_model(settings: RewardModelSettings, pairs: Artifact, contexts:
     with quiet_transformers(), atomic_dir(out) as staging:
         trainer.save_model(str(staging))
         tokenizer.save_pretrained(staging)
-        trained = PersonaRewardModel(staging, device=resolve_device("auto"),
-                                     chat_template_kwargs=settings.chat_template_kwargs)
+        trained = RewardModelScorer(staging, name=name, device=trainer_device(config),
+                                    chat_template_kwargs=config.chat_template_kwargs)
         metrics = {
-            "held_out": pair_accuracy(trained, eval_pairs),
-            "train": pair_accuracy(trained, train_pairs),
+            "held_out": pair_accuracy(trained, eval_pairs, group_by),
+            "train": pair_accuracy(trained, train_pairs, group_by),
             "training": {"steps": trainer.state.global_step, "resumed_from_step": resume.step,
                          "steps_run": trainer.state.global_step - resume.step,
                          "train_pairs": train_pairs.height, "held_out_pairs": eval_pairs.height,
-                         # RewardTrainer drops pairs longer than train.persona_rm.max_length.
+                         # RewardTrainer drops pairs longer than max_length.
                          "train_pairs_within_max_length": len(trainer.train_dataset),
                          "held_out_contexts": sorted(held_out)},
         }
@@ -102,20 +153,20 @@ def train_reward_model(settings: RewardModelSettings, pairs: Artifact, contexts:
     return dir_artifact(out)
 
 
-def pair_accuracy(model: PersonaRewardModel, pairs: pl.DataFrame, confidence: float = 0.95) -> dict:
+def pair_accuracy(model: RewardModelScorer, pairs: pl.DataFrame, group_by: str, confidence: float = 0.95) -> dict:
     """Share of pairs where the chosen reply outscores the rejected one (ties count as wrong), with
-    Wilson intervals overall and per persona, and the distribution of reward margins."""
+    Wilson intervals overall and per `group_by` value, and the distribution of reward margins."""
     if pairs.is_empty():
-        return {"accuracy": proportion(0, 0, confidence), "by_persona": {}, "margin": describe([]),
+        return {"accuracy": proportion(0, 0, confidence), f"by_{group_by}": {}, "margin": describe([]),
                 "margin_histogram": {"edges": [], "counts": []}}
     prompts = pairs["prompt"].to_list()
     chosen = model.score(prompts, pairs["chosen"].to_list())
     rejected = model.score(prompts, pairs["rejected"].to_list())
-    scored = pairs.select("persona").with_columns(margin=pl.Series([c - r for c, r in zip(chosen, rejected, strict=True)]))
-    by_persona = {
-        persona: proportion(int((group["margin"] > 0).sum()), group.height, confidence)
-        for (persona,), group in sorted(scored.group_by("persona"), key=lambda item: item[0])
+    scored = pairs.select(group_by).with_columns(margin=pl.Series([c - r for c, r in zip(chosen, rejected, strict=True)]))
+    by_group = {
+        group: proportion(int((rows["margin"] > 0).sum()), rows.height, confidence)
+        for (group,), rows in sorted(scored.group_by(group_by), key=lambda item: item[0])
     }
     margins = scored["margin"].to_list()
     return {"accuracy": proportion(int((scored["margin"] > 0).sum()), scored.height, confidence),
-            "by_persona": by_persona, "margin": describe(margins), "margin_histogram": histogram(margins)}
+            f"by_{group_by}": by_group, "margin": describe(margins), "margin_histogram": histogram(margins)}

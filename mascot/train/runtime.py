@@ -1,4 +1,5 @@
-"""What every trainer here shares: device and precision, checkpoint resume, and wandb logging."""
+"""What every trainer here shares: device and precision, where checkpoints go and how a run resumes
+from them, and logging to the flow's wandb run."""
 
 from __future__ import annotations
 
@@ -6,48 +7,41 @@ import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 
-from mascot.config import RunConfig
-from mascot.llm.transformers_backend import require_torch
+from mascot.artifacts import content_sha256
+from mascot.config import TrainerConfig
+from mascot.torch_runtime import require_torch
 
 # TRL 1.16 itself still uses transformers' deprecated `gradient_checkpointing` names; the warning
 # concerns TRL's code, not anything a user of this project can change.
 warnings.filterwarnings("ignore", message=r".*gradient_checkpointing` is deprecated", category=FutureWarning)
 
 
-class TrainingSettings(BaseModel):
-    """What decides any trained model here (and so its task's cache key); each trainer adds its own."""
-
-    base_model: str
-    held_out_fraction: float
-    seed: int
-    bf16: bool
-    gradient_checkpointing: bool
-    chat_template_kwargs: dict[str, Any]
-
-    @staticmethod
-    def shared(config: RunConfig, base_model: str) -> dict[str, Any]:
-        """The shared fields from a run config; `base_model` is the model reference resolved to a path."""
-        return {"base_model": base_model, "held_out_fraction": config.train.held_out_fraction, "seed": config.run.seed,
-                "bf16": config.train.bf16, "gradient_checkpointing": config.train.gradient_checkpointing,
-                "chat_template_kwargs": config.generation.params.chat_template_kwargs}
-
-
 class TrainingSetupError(RuntimeError):
     """The configured training cannot run here: bf16 without a GPU, no pairs to train on, ..."""
 
 
-def device_args(bf16: bool) -> dict:
+def trainer_device(config: TrainerConfig) -> str:
+    """Where a trainer runs, and where its model is scored afterwards: a visible GPU unless use_cpu."""
+    return "cuda" if require_torch().cuda.is_available() and not config.use_cpu else "cpu"
+
+
+def device_args(config: TrainerConfig) -> dict:
     """TrainingArguments for this machine: the CPU needs use_cpu=True and bf16=False."""
-    torch = require_torch()
-    cuda = torch.cuda.is_available()
-    if bf16 and not cuda:
-        raise TrainingSetupError("train.bf16 is true but no CUDA GPU is visible; set train.bf16: false "
-                                 "to train in float32 on the CPU (configs/tiny.yaml does)")
-    return {"use_cpu": not cuda, "bf16": bf16}
+    cuda = trainer_device(config) == "cuda"
+    if config.bf16 and not cuda:
+        raise TrainingSetupError("bf16 is true but no CUDA GPU is visible; set bf16: false in the trainer's "
+                                 "section to train in float32 on the CPU (configs/tiny.yaml does)")
+    return {"use_cpu": not cuda, "bf16": config.bf16}
+
+
+def checkpoint_dir(out: Path, *inputs: BaseModel) -> Path:
+    """Checkpoints of training `out` from these inputs (config, artifacts): a retry of the same training
+    resumes there, while changed inputs get a folder of their own and start afresh."""
+    key = content_sha256([item.model_dump(mode="json") for item in inputs])
+    return out.parent / "checkpoints" / f"{out.name}-{key[:16]}"
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from mascot.config import SAMPLES_DIR, TINY_MODELS, RunConfig, TinyModelSpec
 from mascot.data import load_contexts
-from mascot.llm.transformers_backend import quiet_transformers, require_torch
+from mascot.torch_runtime import quiet_transformers, require_torch
 from mascot.prompts import TEMPLATES_DIR, speaker_messages
 from mascot.roster import load_roster
 
@@ -96,12 +96,33 @@ def build_tiny_models(spec: TinyModelSpec, cache_root: str | Path, progress: boo
     return models
 
 
-def resolve_model(ref: str, config: RunConfig, progress: bool = True) -> str:
-    """Map a config model reference to something `from_pretrained` accepts."""
-    if ref in TINY_MODELS:
-        assert config.tiny is not None  # RunConfig validation guarantees it
-        return str(build_tiny_models(config.tiny, config.cache.root, progress).path_for(ref))
-    return ref
+def resolve_tiny_models(config: RunConfig, progress: bool = True) -> RunConfig:
+    """A copy of `config` in which every `tiny:` model reference names its built folder.
+
+    The tiny models are built (or found in the cache) once, here, so that every step downstream gets
+    a model `from_pretrained` can load. A judge keeps its label: one without a `name` was labelled by
+    its model reference, and judgments.parquet must not change with where the cache lives.
+    """
+    refs = config.model_refs()
+    if not any(ref in TINY_MODELS for ref in refs.values()):
+        return config
+    assert config.tiny is not None  # RunConfig validation guarantees it
+    models = build_tiny_models(config.tiny, config.cache.root, progress)
+    resolved = config.model_copy(deep=True)
+    for judge in resolved.stage1.judges:
+        if judge.backend is not None and judge.backend.model in TINY_MODELS:
+            judge.name = judge.label
+    for loc, ref in refs.items():
+        if ref in TINY_MODELS:
+            _section_at(resolved, loc[:-1]).model = str(models.path_for(ref))
+    return resolved
+
+
+def _section_at(config: RunConfig, loc: tuple):
+    section = config
+    for part in loc:
+        section = section[part] if isinstance(part, int) else getattr(section, part)
+    return section
 
 
 def _training_dialogues() -> list[list[dict]]:

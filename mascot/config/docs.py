@@ -1,6 +1,6 @@
 """The "Every field" table of docs/configuration.md, generated from `RunConfig`.
 
-    python -m mascot.config_docs > table.md
+    python -m mascot.config.docs > table.md
 
 A test checks that the docs hold exactly this table, so a new field cannot go undocumented.
 """
@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from mascot.config import RunConfig
+from mascot.config.run import RunConfig
 
 HEADER = ["| YAML path | Type | Default | Meaning |", "|---|---|---|---|"]
 

@@ -1,30 +1,34 @@
-"""The `mascot` command line.
+"""The `mascot` command line: checking configs, inspecting corpora and models, sampling, running stages.
 
-    mascot config validate configs/tiny.yaml    check a config, roster or user-profile file
+    mascot config validate configs/tiny.yaml    check a config, roster, rubric or user-profile file
     mascot data preview --config configs/tiny.yaml
     mascot models build --config configs/tiny.yaml
     mascot sample --config configs/tiny.yaml    K candidates per (context, persona)
     mascot run stage1 --config configs/tiny.yaml    pairs, persona reward model, GRPO Speaker
+
+It lives outside the `mascot` library because it starts Prefect flows (`cli/run.py`); heavy
+imports wait until a command needs them, so `--help`, `--version` and `config validate` stay quick.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 from contextlib import contextmanager
-from enum import Enum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from mascot.config import RunConfig, load_any, load_config
+import mascot
+from cli.common import ConfigOption, console, errors, fail, load
+from cli.run import run_app
+from mascot.config import RunConfig, load_any
 from mascot.roster import Roster, UserProfiles
+from mascot.rubrics import Rubric
 from mascot.yamlio import ConfigError
 
 app = typer.Typer(help="MASCOT: train and evaluate multi-agent companion groups.", no_args_is_help=True,
@@ -32,28 +36,21 @@ app = typer.Typer(help="MASCOT: train and evaluate multi-agent companion groups.
 config_app = typer.Typer(help="Check configuration files.", no_args_is_help=True)
 data_app = typer.Typer(help="Inspect corpora.", no_args_is_help=True)
 models_app = typer.Typer(help="Build and locate models.", no_args_is_help=True)
-run_app = typer.Typer(help="Run pipeline stages as Prefect flows (cached and resumable).", no_args_is_help=True)
 app.add_typer(run_app, name="run")
 app.add_typer(config_app, name="config")
 app.add_typer(data_app, name="data")
 app.add_typer(models_app, name="models")
 
-console = Console(emoji=False)  # corpus ids such as "ed:train:..." must not turn into emoji
-errors = Console(stderr=True, soft_wrap=True, emoji=False)  # never wrap error lines: they are grepped and copied
-
-ConfigOption = Annotated[Path, typer.Option("--config", "-c", help="Run config YAML, e.g. configs/tiny.yaml.")]
-
-
-def _fail(message: object, code: int = 2) -> NoReturn:
-    errors.print(Text(str(message), style="red"))
-    raise typer.Exit(code)
+def _version(show: bool) -> None:
+    if show:
+        console.print(f"mascot {mascot.__version__}", highlight=False)
+        raise typer.Exit()
 
 
-def _load(config: Path) -> RunConfig:
-    try:
-        return load_config(config)
-    except ConfigError as exc:
-        _fail(f"{config} is not valid\n{exc}")
+@app.callback()
+def main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                               help="Print the version and exit.")] = False) -> None:
+    """MASCOT: train and evaluate multi-agent companion groups."""
 
 
 @contextmanager
@@ -62,16 +59,21 @@ def _corpus_errors():
     try:
         yield
     except (ValueError, FileNotFoundError, RuntimeError) as exc:  # CorpusFormatError is a ValueError
-        _fail(exc)
+        fail(exc)
 
 
 @config_app.command("validate")
-def config_validate(paths: Annotated[list[Path], typer.Argument(help="Config, roster or user-profile YAML files.")]):
-    """Validate files; print a summary of each, or every problem with its YAML path. Exit 2 on problems."""
+def config_validate(
+    paths: Annotated[list[Path], typer.Argument(help="Run config, roster, rubric or user-profile YAML files.")],
+    machine_checks: Annotated[bool, typer.Option(
+        help="Also check that this machine can run a run config (a CUDA GPU where bf16 or a cuda device is "
+             "set). Turn off to check a config meant for another machine.")] = True,
+):
+    """Validate files; print a summary of each, or every problem as file:line: yaml.path: message. Exit 2 on problems."""
     failed = False
     for path in paths:
         try:
-            loaded = load_any(path)
+            loaded = load_any(path, check_machine=machine_checks)
         except ConfigError as exc:
             failed = True
             errors.print(Text(f"{path}: {len(exc.problems)} problem(s)", style="red"))
@@ -83,8 +85,13 @@ def config_validate(paths: Annotated[list[Path], typer.Argument(help="Config, ro
     raise typer.Exit(2 if failed else 0)
 
 
-def _summary(loaded: RunConfig | Roster | UserProfiles) -> Table:
+def _summary(loaded: RunConfig | Roster | Rubric | UserProfiles) -> Table:
     table = Table(show_header=False, box=None, padding=(0, 2))
+    if isinstance(loaded, Rubric):
+        table.add_row("rubric", f"{loaded.name} ({loaded.domain}), scores {loaded.scale_min}-{loaded.scale_max}")
+        for criterion in loaded.criteria:
+            table.add_row(criterion.id, criterion.name)
+        return table
     if isinstance(loaded, Roster):
         table.add_row("roster", f"{loaded.name} ({loaded.domain})")
         for p in loaded.personas:
@@ -102,18 +109,17 @@ def _summary(loaded: RunConfig | Roster | UserProfiles) -> Table:
                   + (f", limit {corpus.limit}" if corpus.limit else ""))
     for held in c.data.held_out:
         table.add_row("held out", f"{held.source} {held.split} from {held.path or held.hub_name}")
-    table.add_row("models", ", ".join(f"{k}={v}" for k, v in c.models.model_dump().items()))
+    table.add_row("held-out share", f"{c.data.held_out_fraction:.0%} of the contexts, kept out of all training")
     g = c.generation
     table.add_row("generation", f"{g.kind} {g.model}" + (f" at {g.base_url}" if g.base_url else ""))
     table.add_row("stage 1", f"K={c.stage1.k}, margin {c.stage1.margin}, shard size {c.stage1.shard_size}, "
                   f"judges: {', '.join(j.label for j in c.stage1.judges)}")
-    lora, rm, speaker = c.train.lora, c.train.persona_rm, c.train.speaker
-    table.add_row("persona RM", f"{c.models.persona_rm}, {rm.epochs:g} epoch(s), lr {rm.learning_rate:g}, "
-                  f"{c.train.held_out_fraction:.0%} of contexts held out")
-    table.add_row("Speaker", f"GRPO on {c.models.speaker}, {speaker.max_steps} steps, {speaker.num_generations} "
+    rm, speaker = c.train.persona_rm, c.train.speaker
+    table.add_row("persona RM", f"{rm.model}, {rm.epochs:g} epoch(s), lr {rm.learning_rate:g}, bf16={rm.bf16}")
+    table.add_row("Speaker", f"GRPO on {speaker.model}, {speaker.max_steps} steps, {speaker.num_generations} "
                   f"completions per prompt, lr {speaker.learning_rate:g}, beta {speaker.beta:g}")
-    table.add_row("training", f"LoRA r={lora.r} alpha={lora.alpha} on {', '.join(lora.target_modules)}; "
-                  f"bf16={c.train.bf16}, vLLM={c.train.use_vllm}")
+    table.add_row("Speaker LoRA", f"r={speaker.lora.r} alpha={speaker.lora.alpha} on "
+                  f"{', '.join(speaker.lora.target_modules)}; bf16={speaker.bf16}, vLLM={speaker.use_vllm}")
     table.add_row("tracking", f"wandb {c.tracking.wandb_mode}, project {c.tracking.wandb_project}")
     return table
 
@@ -131,8 +137,8 @@ def data_preview(
     from mascot.data import load_contexts, load_corpus
 
     if (config is None) == (source is None):
-        _fail("pass either --config or --source with --path")
-    corpus = _load(config).data.corpus if config is not None else None
+        fail("pass either --config or --source with --path")
+    corpus = load(config).data.corpus if config is not None else None
     with _corpus_errors():
         if corpus is not None:
             contexts = load_corpus(corpus, limit=n, seed=seed)
@@ -150,7 +156,7 @@ def models_build(config: ConfigOption):
     """Build (or find in the cache) the tiny offline models a config refers to, and print their folders."""
     from mascot.train.tiny import build_tiny_models
 
-    run = _load(config)
+    run = load(config)
     if run.tiny is None:
         console.print("this config uses no tiny models; nothing to build")
         return
@@ -166,29 +172,30 @@ def sample(
     persona: Annotated[list[str] | None, typer.Option(help="Persona id(s); default: all enabled.")] = None,
 ):
     """Sample K candidate replies per (context, persona) with the configured backend and print them."""
-    from mascot.candidates import build_queries, sample_candidates
     from mascot.data import load_corpus
     from mascot.llm import BackendError, RequestCache, make_backend
+    from mascot.queries import build_queries
     from mascot.roster import load_roster
-    from mascot.train.tiny import resolve_model
+    from mascot.stage1.candidates import sample_candidates
+    from mascot.train.tiny import resolve_tiny_models
 
-    run = _load(config)
+    run = load(config)
     roster = load_roster(run.data.roster)
     try:
         personas = [roster.get(p) for p in persona] if persona else roster.active
     except KeyError as exc:
-        _fail(exc.args[0])
+        fail(exc.args[0])
     with _corpus_errors():
         picked = load_corpus(run.data.corpus, limit=contexts, seed=run.run.seed)
-    cache = RequestCache(run.cache.root / "requests.sqlite")
-    backend = make_backend(run.generation, model_path=resolve_model(run.generation.model, run), cache=cache)
+    cache = RequestCache(run.cache.requests)
+    backend = make_backend(resolve_tiny_models(run).generation, cache=cache)
     queries = build_queries(picked, personas)
     k = k or run.stage1.k
     with console.status(f"sampling {len(queries)} queries x {k} candidates"):
         try:
             results = asyncio.run(sample_candidates(backend, queries, k, run.generation.params, run.run.seed))
         except BackendError as exc:
-            _fail(exc, code=1)
+            fail(exc, code=1)
     for result in results:
         last = result.query.context.history[-1]
         body = f"[dim]{escape(last.name or last.role)}: {escape(last.content)}[/dim]\n" + "\n".join(
@@ -198,52 +205,6 @@ def sample(
     stats = cache.stats()
     console.print(f"request cache {cache.path}: {stats.hits} hits, {stats.misses} misses", highlight=False,
                   soft_wrap=True)
-
-
-# Prefect's embedded server needs longer than its default to start on a small machine.
-PREFECT_DEFAULTS = {"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "60",
-                    "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-
-
-class Stage1Step(str, Enum):
-    pairs = "pairs"
-    persona_rm = "persona_rm"
-    speaker = "speaker"
-
-
-@run_app.command("stage1")
-def run_stage1(
-    config: ConfigOption,
-    run_name: Annotated[str | None, typer.Option(help="Override run.name (the run directory's name).")] = None,
-    until: Annotated[Stage1Step, typer.Option(
-        help="Last step: 'pairs' (data only), 'persona_rm' (+ reward model) or 'speaker' (+ GRPO and the "
-             "before/after comparison).")] = Stage1Step.speaker,
-    refresh: Annotated[bool, typer.Option(help="Ignore cached shard results and recompute them.")] = False,
-):
-    """Stage 1: candidates, judgments and preference pairs; the persona reward model; the GRPO Speaker.
-
-    Reruns skip every cached step; a killed run resumes where it stopped, training from its last
-    checkpoint. Artifacts go to <run.output_dir>/<run name>/stage1/, with report.md and summary.json.
-    """
-    _load(config)  # fail fast, before Prefect starts, on a bad config
-    for name, value in PREFECT_DEFAULTS.items():
-        os.environ.setdefault(name, value)
-    from flows.stage1 import stage1
-    from mascot.judges.panel import JudgeFailureRateExceeded
-    from mascot.llm import BackendError
-    from mascot.train.runtime import TrainingSetupError
-
-    try:
-        artifacts = stage1(str(config), run_name=run_name, until=until.value, refresh=refresh)
-    except (JudgeFailureRateExceeded, BackendError, TrainingSetupError) as exc:
-        # Everything finished before the failure is cached: rerunning resumes from there.
-        _fail(f"stage 1 stopped: {exc}", code=1)
-    run_dir = artifacts["stage1/contexts"].path.parents[1]  # where the flow put the run, --run-name included
-    console.print(f"[green]stage 1 done[/green] (until {until.value}): {run_dir}", highlight=False)
-    for name, artifact in artifacts.items():
-        console.print(f"  {name:<20} {artifact.path}", highlight=False)
-    console.print(f"  {'summary':<20} {run_dir / 'stage1' / 'summary.json'}", highlight=False)
-    console.print(f"  {'report':<20} {run_dir / 'stage1' / 'report.md'}", highlight=False)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Reward functions for the GRPO Speaker: the persona reward model, format, and conciseness.
+"""The GRPO Speaker's rewards: the persona reward model, format, and conciseness, with their weights.
 
 Each is a callable in TRL's reward-function form, `fn(prompts, completions, **kwargs) -> list[float]`,
 where prompts and completions are chat messages. TRL logs each under its `__name__`
@@ -12,7 +12,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from mascot.llm.transformers_backend import quiet_transformers
+from mascot.config import SpeakerConfig
+from mascot.roster import Roster
+from mascot.train.reward_model import RewardModelScorer
+from mascot.train.runtime import trainer_device
 
 Messages = list[dict[str, str]]
 
@@ -85,40 +88,16 @@ class ConcisenessReward:
         return [self.score(_text(c)) for c in completions]
 
 
-class PersonaRewardModel:
-    """The trained persona reward model as a reward function: it scores prompt + reply as one chat.
+def speaker_rewards(config: SpeakerConfig, roster: Roster, persona_rm: Path) -> list:
+    """The reward functions, in the order of `speaker_reward_weights`."""
+    return [
+        RewardModelScorer(persona_rm, name="persona_rm", device=trainer_device(config),
+                          chat_template_kwargs=config.chat_template_kwargs),
+        FormatReward([p.name for p in roster.personas]),
+        ConcisenessReward(config.min_words, config.max_words),
+    ]
 
-    The chat is rendered with the tokenizer's chat template, as TRL's RewardTrainer rendered the
-    training pairs, so a reply is scored in exactly the form the model learned from. Loaded once.
-    """
 
-    __name__ = "persona_rm"
-
-    def __init__(self, path: str | Path, device: str = "cpu", batch_size: int = 16,
-                 chat_template_kwargs: dict[str, Any] | None = None):
-        import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-        with quiet_transformers():
-            self.tokenizer = AutoTokenizer.from_pretrained(path)
-            self.model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1).to(device).eval()
-        self.device, self.batch_size = device, batch_size
-        self.chat_template_kwargs = chat_template_kwargs or {}
-        self._torch = torch
-
-    def score(self, prompts: list[Messages], replies: list[str]) -> list[float]:
-        ids = [
-            self.tokenizer.apply_chat_template([*prompt, {"role": "assistant", "content": reply}], tokenize=True,
-                                               return_dict=True, **self.chat_template_kwargs)["input_ids"]
-            for prompt, reply in zip(prompts, replies, strict=True)
-        ]
-        scores: list[float] = []
-        for start in range(0, len(ids), self.batch_size):
-            batch = self.tokenizer.pad({"input_ids": ids[start:start + self.batch_size]}, padding_side="right",
-                                       return_tensors="pt").to(self.device)
-            with self._torch.inference_mode():
-                scores += self.model(**batch).logits[:, 0].float().tolist()
-        return scores
-
-    def __call__(self, prompts: list[Messages], completions: list[Messages | str], **_: Any) -> list[float]:
-        return self.score(prompts, [_text(c) for c in completions])
+def speaker_reward_weights(config: SpeakerConfig) -> list[float]:
+    weights = config.reward_weights
+    return [weights.persona_rm, weights.format, weights.conciseness]

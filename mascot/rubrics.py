@@ -1,7 +1,9 @@
 """Rubrics: the criteria a judge scores, each with anchored descriptions of every score.
 
 Rubrics live in YAML (`configs/rubrics/<domain>.yaml`), not in code. The overall score of a
-judgment is the mean of its criterion scores.
+judgment is the mean of its criterion scores. Like rosters, they are configuration read by every
+stage (the persona rubric now, the collective rubric of Stage 2 next), so this module sits at the
+bottom of the package, beside `roster.py`, and judges import it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from mascot.yamlio import load_validated
+from mascot.yamlio import FieldError, load_validated, require_unique_ids
 
 Slug = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$", max_length=48)]
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
@@ -38,16 +40,20 @@ class Rubric(BaseModel):
     @model_validator(mode="after")
     def _complete(self) -> Rubric:
         if self.scale_min >= self.scale_max:
-            raise ValueError("scale_min must be below scale_max")
-        ids = [c.id for c in self.criteria]
-        if len(set(ids)) != len(ids):
-            raise ValueError(f"criterion ids must be unique, got {ids}")
+            raise FieldError("scale_max", f"scale_max must be above scale_min ({self.scale_min})")
+        require_unique_ids("criteria", [c.id for c in self.criteria], "criterion")
         scale = set(range(self.scale_min, self.scale_max + 1))
-        for criterion in self.criteria:
+        for index, criterion in enumerate(self.criteria):
             if set(criterion.anchors) != scale:
-                raise ValueError(f"criterion '{criterion.id}' needs one anchor for each score "
+                raise FieldError(("criteria", index, "anchors"),
+                                 f"criterion '{criterion.id}' needs one anchor for each score "
                                  f"{self.scale_min}..{self.scale_max}, got {sorted(criterion.anchors)}")
         return self
+
+    @property
+    def span(self) -> int:
+        """The largest possible gap between two overall scores."""
+        return self.scale_max - self.scale_min
 
     @property
     def criterion_ids(self) -> list[str]:

@@ -1,0 +1,1 @@
+"""The `mascot` command (`cli.main:app`)."""

@@ -1,0 +1,63 @@
+"""`mascot run <stage>`: a pipeline stage as a Prefect flow, cached and resumable."""
+
+from __future__ import annotations
+
+import os
+from enum import Enum
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+
+from cli.common import ConfigOption, console, fail, load
+
+run_app = typer.Typer(help="Run pipeline stages as Prefect flows (cached and resumable).", no_args_is_help=True)
+
+# Prefect's embedded server needs longer than its default to start on a small machine.
+PREFECT_DEFAULTS = {"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "60",
+                    "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+
+
+class Stage1Step(str, Enum):
+    pairs = "pairs"
+    persona_rm = "persona_rm"
+    speaker = "speaker"
+
+
+@run_app.command("stage1")
+def run_stage1(
+    config: ConfigOption,
+    run_name: Annotated[str | None, typer.Option(help="Override run.name (the run directory's name).")] = None,
+    until: Annotated[Stage1Step, typer.Option(
+        help="Last step: 'pairs' (data only), 'persona_rm' (+ reward model) or 'speaker' (+ GRPO and the "
+             "before/after comparison).")] = Stage1Step.speaker,
+    refresh: Annotated[bool, typer.Option(help="Ignore cached shard results and recompute them.")] = False,
+):
+    """Stage 1: candidates, judgments and preference pairs; the persona reward model; the GRPO Speaker.
+
+    Reruns skip every cached step; a killed run resumes where it stopped, training from its last
+    checkpoint. Artifacts go to <run.output_dir>/<run name>/stage1/, with report.md and summary.json.
+    """
+    # Fail fast, before Prefect starts, on a bad config, a bad run name, or (when training) this machine.
+    loaded = load(config, check_machine=until is not Stage1Step.pairs)
+    if run_name is not None:
+        try:
+            loaded.renamed(run_name)
+        except ValidationError as exc:
+            fail(f"--run-name {run_name!r}: {exc.errors()[0]['msg'].replace('String should', 'should')}")
+    for name, value in PREFECT_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+    from flows.stage1 import stage1
+    from mascot.judges.panel import JudgeFailureRateExceeded
+    from mascot.llm import BackendError
+    from mascot.train.runtime import TrainingSetupError
+
+    try:
+        artifacts = stage1(str(config), run_name=run_name, until=until.value, refresh=refresh)
+    except (JudgeFailureRateExceeded, BackendError, TrainingSetupError) as exc:
+        # Everything finished before the failure is cached: rerunning resumes from there.
+        fail(f"stage 1 stopped: {exc}", code=1)
+    run_dir = artifacts["stage1/contexts"].path.parents[1]  # where the flow put the run, --run-name included
+    console.print(f"[green]stage 1 done[/green] (until {until.value}): {run_dir}", highlight=False)
+    for name, artifact in artifacts.items():
+        console.print(f"  {name:<20} {artifact.path}", highlight=False)

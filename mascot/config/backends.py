@@ -1,0 +1,73 @@
+"""LLM backends in a config: where a model runs, how it samples, and the judges built on them."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from mascot.config.base import TINY_MODELS, ConfigPath, Device, EnvVarName, HttpUrl, ModelRef, Section
+from mascot.yamlio import FieldError
+
+
+class SamplingParams(Section):
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0, description="Sampling temperature.")
+    top_p: float = Field(default=0.95, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    max_new_tokens: int = Field(default=256, ge=1, le=32768, description="Longest reply, in tokens.")
+    stop: list[str] = Field(default_factory=list, description="Extra stop strings.")
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Chat-template variables, e.g. `{enable_thinking: false}` for Qwen3."
+    )
+
+
+class BackendConfig(Section):
+    kind: Literal["transformers", "openai", "anthropic", "google"] = Field(
+        description="In-process transformers, an OpenAI-compatible server, or the Anthropic or Google API."
+    )
+    model: ModelRef = Field(description="Model id or path; for servers, the served model name.")
+    adapter: ConfigPath | None = Field(default=None, description="PEFT adapter folder (transformers backend).")
+    base_url: HttpUrl | None = Field(
+        default=None, description="Server URL without credentials; for openai it ends in /v1 (default: the vendor's API)."
+    )
+    api_key_env: EnvVarName | None = Field(
+        default=None, description="Name of the environment variable holding the API key, never the key (default: "
+        "OPENAI_API_KEY, ANTHROPIC_API_KEY, or GOOGLE_API_KEY then GEMINI_API_KEY, by kind)."
+    )
+    max_concurrency: int = Field(default=16, ge=1, description="Requests in flight at once.")
+    timeout_s: float = Field(default=120.0, gt=0, description="Per-request timeout in seconds.")
+    max_retries: int = Field(default=4, ge=0, description="Retries with exponential backoff per request.")
+    device: Device = Field(default="auto", description="transformers backend: 'auto', 'cpu', 'cuda', 'cuda:1'...")
+    params: SamplingParams = Field(default_factory=SamplingParams, description="Default sampling parameters.")
+
+    @model_validator(mode="after")
+    def _fields_fit_kind(self) -> BackendConfig:
+        if self.kind == "transformers":
+            if self.base_url is not None:
+                raise FieldError("base_url", "'base_url' is for servers; kind: transformers runs the model in this process")
+            return self
+        if self.model in TINY_MODELS:
+            raise FieldError("model", f"{self.model} is built and run in this process, so it needs kind: transformers, "
+                                      f"not kind: {self.kind}")
+        if self.adapter is not None:
+            raise FieldError("adapter", "'adapter' is only used with kind: transformers; serve adapters with vLLM "
+                                        "--lora-modules")
+        return self
+
+
+class JudgeConfig(Section):
+    kind: Literal["heuristic", "llm"] = Field(description="The offline heuristic judge, or an LLM judge.")
+    name: str | None = Field(default=None, description="Label in artifacts (default: the backend model or 'heuristic').")
+    backend: BackendConfig | None = Field(default=None, description="LLM judges: the model that judges.")
+    max_attempts: int = Field(default=3, ge=1, description="LLM judges: tries per candidate before recording a failure.")
+
+    @model_validator(mode="after")
+    def _backend_for_llm_judges(self) -> JudgeConfig:
+        if self.kind == "llm" and self.backend is None:
+            raise FieldError("backend", "an 'llm' judge needs 'backend' (kind, model and, for servers, base_url)")
+        if self.kind == "heuristic" and self.backend is not None:
+            raise FieldError("backend", "the heuristic judge takes no 'backend'")
+        return self
+
+    @property
+    def label(self) -> str:
+        return self.name or (self.backend.model if self.backend else self.kind)

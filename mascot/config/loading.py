@@ -1,0 +1,122 @@
+"""Loading a config file with the files it points at, and reporting every problem against its line.
+
+A run config names a roster, user profiles, a rubric and corpus files. A missing one is reported
+at the config line that names it; a problem inside one is reported at its own line. Corpora that
+are not downloaded yet say so, with where to get them. Checks of this machine (bf16 needs a CUDA
+GPU) are separate, so a config meant for another machine can still be checked here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mascot.config.data import CorpusConfig
+from mascot.config.run import RunConfig
+from mascot.roster import Roster, UserProfiles, load_roster, load_user_profiles
+from mascot.rubrics import Rubric, load_rubric
+from mascot.yamlio import ConfigError, Problem, YamlDocument, validate_document
+
+# Where each corpus's release files come from: the README says which file to put where.
+CORPUS_HOMES = {
+    "empathetic_dialogues": "https://github.com/facebookresearch/EmpatheticDialogues (empatheticdialogues.tar.gz, "
+                            "CC BY-NC 4.0; unpack it so that the folder holds train.csv, valid.csv and test.csv)",
+    "esconv": "https://github.com/thu-coai/Emotional-Support-Conversation (ESConv.json, CC BY-NC 4.0)",
+    "qmsum": "https://github.com/Yale-LILY/QMSum (the data/ folder with <Domain>/jsonl/{train,val,test}.jsonl, MIT)",
+}
+
+
+def load_config(path: str | Path, *, check_machine: bool = False) -> RunConfig:
+    """Validate a run config and the files it points at; raise ConfigError listing every problem.
+
+    With `check_machine`, also check that this machine can run it (a CUDA GPU where bf16 is on).
+    """
+    document = YamlDocument.read(path)
+    config = validate_document(document, RunConfig, context={"base_dir": Path(path).resolve().parent})
+    problems = file_problems(document, config)
+    if check_machine:
+        problems += machine_problems(document, config)
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def load_any(path: str | Path, *, check_machine: bool = False) -> RunConfig | Roster | Rubric | UserProfiles:
+    """Validate a run config, roster, rubric or user-profile file, telling which by its top-level keys."""
+    data = YamlDocument.read(path).data
+    keys = set(data) if isinstance(data, dict) else set()
+    if "personas" in keys:
+        return load_roster(path)
+    if "criteria" in keys:
+        return load_rubric(path)
+    if "profiles" in keys:
+        return load_user_profiles(path)
+    return load_config(path, check_machine=check_machine)
+
+
+def file_problems(document: YamlDocument, config: RunConfig) -> list[Problem]:
+    problems: list[Problem] = []
+    roster = _load(problems, document, ("data", "roster"), config.data.roster, load_roster)
+    if roster is not None and roster.domain != config.data.domain:
+        problems.append(document.problem(("data", "roster"), f"roster {config.data.roster} is for '{roster.domain}', "
+                                         f"but data.domain is '{config.data.domain}'"))
+    if config.data.users is not None:
+        _load(problems, document, ("data", "users"), config.data.users, load_user_profiles)
+    rubric = _load(problems, document, ("stage1", "rubric"), config.stage1.rubric, load_rubric)
+    if rubric is not None and rubric.domain != config.data.domain:
+        problems.append(document.problem(("stage1", "rubric"), f"rubric {config.stage1.rubric} is for "
+                                         f"'{rubric.domain}', but data.domain is '{config.data.domain}'"))
+    if rubric is not None and config.stage1.aggregation == "mean" and config.stage1.margin > rubric.span:
+        problems.append(document.problem(("stage1", "margin"), (
+            f"no pair can reach a margin of {config.stage1.margin:g}: scores of rubric '{rubric.name}' run from "
+            f"{rubric.scale_min} to {rubric.scale_max}, so the largest gap is {rubric.span}; got {config.stage1.margin:g}")))
+    for loc, corpus in [(("data", "corpus"), config.data.corpus),
+                        *((("data", "held_out", i), c) for i, c in enumerate(config.data.held_out))]:
+        problem = _corpus_problem(document, (*loc, "path"), corpus)
+        if problem is not None:
+            problems.append(problem)
+    return problems
+
+
+def machine_problems(document: YamlDocument, config: RunConfig) -> list[Problem]:
+    """What keeps this machine from running the config: bf16 or a CUDA device without a CUDA GPU."""
+    wants_cuda = {("train", name, "bf16"): "bf16 needs a CUDA GPU"
+                  for name, trainer in config.train.trainers.items() if trainer.bf16 and not trainer.use_cpu}
+    backends = {("generation",): config.generation,
+                **{("stage1", "judges", i, "backend"): j.backend for i, j in enumerate(config.stage1.judges) if j.backend}}
+    wants_cuda |= {(*loc, "device"): f"device '{b.device}' is a CUDA GPU" for loc, b in backends.items()
+                   if b.kind == "transformers" and b.device.startswith("cuda")}
+    if not wants_cuda or _cuda_visible():
+        return []
+    return [document.problem(loc, f"{reason}, and none is visible on this machine; set it for the CPU here, or "
+                                  "check the config where it will run (mascot config validate --no-machine-checks)")
+            for loc, reason in wants_cuda.items()]
+
+
+def _cuda_visible() -> bool:
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _load(problems: list[Problem], document: YamlDocument, loc: tuple, target: Path, loader: Callable[[Path], Any]):
+    if not target.exists():
+        problems.append(document.problem(loc, f"no such file: {target}"))
+        return None
+    try:
+        return loader(target)
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+        return None
+
+
+def _corpus_problem(document: YamlDocument, loc: tuple, corpus: CorpusConfig) -> Problem | None:
+    if corpus.path is None or corpus.path.exists():
+        return None
+    return document.problem(loc, f"the {corpus.source} corpus is not downloaded: {corpus.path} does not exist. "
+                                 f"Get it from {CORPUS_HOMES[corpus.source]} and put it there, or point this path "
+                                 "at your copy")

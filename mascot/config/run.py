@@ -1,0 +1,121 @@
+"""The whole run: `RunConfig` validates one `configs/*.yaml`, section by section.
+
+Model references are a Hugging Face id or a local folder (`Qwen/Qwen3-8B`, `/models/speaker`), or
+one of the tiny offline models built by `mascot.train.tiny` (`tiny:lm`, `tiny:rm`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from mascot.config.backends import BackendConfig
+from mascot.config.base import TINY_MODELS, ConfigPath, RunName, Section
+from mascot.config.data import DataConfig
+from mascot.config.stage1 import BeforeAfterConfig, SpeakerConfig, Stage1Config
+from mascot.config.training import RewardModelConfig, TrainerConfig
+from mascot.yamlio import FieldError
+
+
+class RunSection(Section):
+    name: RunName = Field(description="Run name; artifacts go to `<output_dir>/<name>/`.")
+    seed: int = Field(default=0, ge=0, description="Seed for sampling, subsampling and training.")
+    output_dir: ConfigPath = Field(default=Path("runs"), description="Parent folder of run directories.")
+
+
+class TrainConfig(Section):
+    persona_rm: RewardModelConfig = Field(description="The persona reward model (Stage 1).")
+    speaker: SpeakerConfig = Field(description="The GRPO Speaker (Stage 1).")
+    before_after: BeforeAfterConfig = Field(default_factory=BeforeAfterConfig,
+                                            description="The Speaker against its base policy on held-out prompts.")
+
+    @property
+    def trainers(self) -> dict[str, TrainerConfig]:
+        return {"persona_rm": self.persona_rm, "speaker": self.speaker}
+
+
+class TinyModelSpec(Section):
+    """Shape of the locally built tiny Qwen3 models (offline profile and tests)."""
+
+    vocab_size: int = Field(default=2048, ge=300, le=65536, description="BPE vocabulary size to train.")
+    hidden_size: int = Field(default=64, ge=8, description="Hidden width.")
+    intermediate_size: int = Field(default=192, ge=8, description="MLP width.")
+    num_hidden_layers: int = Field(default=2, ge=1, description="Decoder layers.")
+    num_attention_heads: int = Field(default=4, ge=1, description="Query heads.")
+    num_key_value_heads: int = Field(default=2, ge=1, description="Key/value heads (grouped-query attention).")
+    max_position_embeddings: int = Field(default=2048, ge=64, description="Longest sequence.")
+    warm_start_steps: int = Field(default=300, ge=0, description="Language-model steps on the sample dialogues.")
+    seed: int = Field(default=0, ge=0, description="Seed for weight initialisation and the warm-start batch order.")
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> TinyModelSpec:
+        if self.hidden_size % self.num_attention_heads:
+            raise FieldError("num_attention_heads", f"hidden_size ({self.hidden_size}) must be divisible by "
+                                                    f"num_attention_heads ({self.num_attention_heads})")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise FieldError("num_key_value_heads", f"num_attention_heads ({self.num_attention_heads}) must be "
+                                                    f"divisible by num_key_value_heads ({self.num_key_value_heads})")
+        return self
+
+
+class TrackingConfig(Section):
+    wandb_project: str = Field(default="mascot", description="wandb project name.")
+    wandb_mode: Literal["online", "offline", "disabled"] = Field(default="offline", description="wandb mode.")
+
+
+class CacheConfig(Section):
+    dir: ConfigPath | None = Field(default=None, description="Request and model cache (default $MASCOT_CACHE_DIR "
+                                   "or ~/.cache/mascot).")
+
+    @property
+    def root(self) -> Path:
+        return self.dir or Path(os.environ.get("MASCOT_CACHE_DIR", "~/.cache/mascot")).expanduser()
+
+    @property
+    def requests(self) -> Path:
+        """The request cache every backend of the run shares."""
+        return self.root / "requests.sqlite"
+
+
+class RunConfig(Section):
+    run: RunSection
+    data: DataConfig
+    generation: BackendConfig = Field(description="Backend that samples Speaker candidates.")
+    stage1: Stage1Config
+    train: TrainConfig
+    tiny: TinyModelSpec | None = Field(default=None, description="Needed when any model is 'tiny:lm' or 'tiny:rm'.")
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    cache: CacheConfig = Field(default_factory=CacheConfig)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RunConfig:
+        if self.tiny is None:
+            for loc, ref in self.model_refs().items():
+                if ref in TINY_MODELS:
+                    raise FieldError(loc, f"{ref} is a tiny offline model, so the config needs a 'tiny' section "
+                                          "(the shape of the tiny models to build)")
+        for trainer in self.train.trainers.values():  # a trainer without its own seed takes the run's
+            if trainer.seed is None:
+                trainer.seed = self.run.seed
+        return self
+
+    def model_refs(self) -> dict[tuple, str]:
+        """Every model reference in the config, by its YAML path."""
+        refs: dict[tuple, str] = {("generation", "model"): self.generation.model}
+        for index, judge in enumerate(self.stage1.judges):
+            if judge.backend is not None:
+                refs[("stage1", "judges", index, "backend", "model")] = judge.backend.model
+        for name, trainer in self.train.trainers.items():
+            refs[("train", name, "model")] = trainer.model
+        return refs
+
+    @property
+    def run_dir(self) -> Path:
+        return self.run.output_dir / self.run.name
+
+    def renamed(self, name: str) -> RunConfig:
+        """The same config for another run name (`--run-name`); the name is validated like the file's."""
+        return self.model_copy(update={"run": RunSection.model_validate({**self.run.model_dump(), "name": name})})

@@ -1,0 +1,50 @@
+"""torch and transformers, imported only when used: the checks and settings every model-running part shares.
+
+The core install has no torch (it comes with the `train` extra), so nothing here imports it at
+module level; the LLM backends, the trainers and the reward functions call these helpers instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class MissingTrainExtra(ImportError):
+    """Running models in this process needs torch and peft, which come with the `train` extra."""
+
+    def __init__(self, missing: str):
+        super().__init__(
+            f"running models in this process needs '{missing}', which is not installed; "
+            "install it with: pip install 'mascot[train]'"
+        )
+
+
+def require_torch():
+    try:
+        import torch
+    except ImportError as exc:
+        raise MissingTrainExtra("torch") from exc
+    return torch
+
+
+def resolve_device(device: str) -> str:
+    """'auto' becomes 'cuda' when a GPU is visible, else 'cpu'; other names pass through."""
+    if device != "auto":
+        return device
+    return "cuda" if require_torch().cuda.is_available() else "cpu"
+
+
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Hide transformers' load reports and progress bars; mascot reports its own progress."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        hf_logging.enable_progress_bar()
