@@ -26,7 +26,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check mascot tasks flows tests benchmarks
+	$(BIN)/ruff check mascot cli tasks flows tests benchmarks
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -20,7 +20,7 @@ from itertools import combinations
 import numpy as np
 import polars as pl
 
-from mascot.pairs import SCORE_TOLERANCE, build_preference_pairs
+from mascot.stage1.pairs import SCORE_TOLERANCE, build_preference_pairs
 
 PERSONAS = ("anchor", "catalyst", "beacon")
 
@@ -75,7 +75,7 @@ def generate_inputs(
 def reference_pairs(
     candidates: list[dict], scores: list[dict], *, margin: float, max_pairs_per_query: int | None = None
 ) -> list[dict]:
-    """The pair rule of mascot.pairs written as plain loops, over lists of row dicts."""
+    """The pair rule of mascot.stage1.pairs written as plain loops, over lists of row dicts."""
     overall = {
         (row["query_id"], row["candidate_idx"]): row["overall"]
         for row in scores

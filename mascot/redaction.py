@@ -23,19 +23,21 @@ SECRET_IN_TEXT = re.compile(
 )
 URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)[^/@\s]+@")
 ENV_VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+RANDOM_TOKEN = re.compile(r"^[A-Za-z0-9+=\-]{24,}$")
 SECRET_QUERY_KEYS = {"key", "api_key", "apikey", "api-key", "token", "access_token", "secret", "password", "sig"}
 
 
 def looks_like_secret(value: str) -> bool:
     """True for strings shaped like an API key rather than a name.
 
-    A known key prefix is enough. Without one, a long token with several digits and no word
-    separator is treated as random: environment variable names are words joined by underscores.
+    A known key prefix is enough. Without one, a long run of token characters with several digits
+    and no underscore is treated as random: environment variable names are words joined by
+    underscores, and paths, URLs and model names have separators that keys lack.
     """
     text = value.strip()
     if SECRET_PREFIX.match(text):
         return True
-    return len(text) >= 24 and "_" not in text and sum(c.isdigit() for c in text) >= 4 and " " not in text
+    return bool(RANDOM_TOKEN.match(text)) and sum(c.isdigit() for c in text) >= 4
 
 
 def is_env_var_name(value: str) -> bool:

@@ -14,7 +14,14 @@ from prefect import task
 from prefect.tasks import exponential_backoff
 
 from mascot.artifacts import Artifact
-from mascot.config import BackendConfig, BeforeAfterConfig, DataConfig, RewardModelConfig, SpeakerConfig, Stage1Config
+from mascot.config import (
+    BackendConfig,
+    BeforeAfterConfig,
+    DataConfig,
+    RewardModelConfig,
+    SpeakerConfig,
+    Stage1Config,
+)
 from mascot.data import contexts as contexts_io
 from mascot.judges.panel import PanelSpec
 from mascot.queries import Queries

@@ -32,7 +32,8 @@ def resolve_path(value: Any, info: ValidationInfo) -> Path | None:
     if value is None:
         return None
     if not isinstance(value, str | Path):
-        raise ValueError(f"expected a path (a string); got {type(value).__name__}")
+        # pydantic reports a ValueError as a validation error; a TypeError would escape as a crash.
+        raise ValueError(f"expected a path (a string); got {type(value).__name__}")  # noqa: TRY004
     text = str(value)
     if not text.strip():
         raise ValueError("expected a path; got an empty string")

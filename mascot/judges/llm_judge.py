@@ -19,9 +19,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from mascot.config import SamplingParams
 from mascot.data.context import Context
 from mascot.judges.base import JudgeItem, Judgment
-from mascot.rubrics import Rubric
 from mascot.llm import LLMBackend
 from mascot.prompts import render
+from mascot.rubrics import Rubric
 
 # Our delimiter tags; the same text inside data would let a context close its own block.
 DELIMITER_TAG = re.compile(r"<(/?\s*(?:persona|context|candidate)\b)", re.IGNORECASE)

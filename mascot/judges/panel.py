@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import polars as pl
-
 from pydantic import BaseModel, ConfigDict
 
 from mascot.config import JudgeConfig

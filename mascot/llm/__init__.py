@@ -16,7 +16,14 @@ from mascot.llm.base import (
     MissingAPIKey,
     normalize_messages,
 )
-from mascot.llm.cache import CachedBackend, CacheStats, RequestCache, describe_request, request_key, shared_cache
+from mascot.llm.cache import (
+    CachedBackend,
+    CacheStats,
+    RequestCache,
+    describe_request,
+    request_key,
+    shared_cache,
+)
 from mascot.llm.factory import make_backend
 from mascot.torch_runtime import MissingTrainExtra
 

@@ -23,9 +23,9 @@ from pathlib import Path
 
 from mascot.config import SAMPLES_DIR, TINY_MODELS, RunConfig, TinyModelSpec
 from mascot.data import load_contexts
-from mascot.torch_runtime import quiet_transformers, require_torch
 from mascot.prompts import TEMPLATES_DIR, speaker_messages
 from mascot.roster import load_roster
+from mascot.torch_runtime import quiet_transformers, require_torch
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 PAD, EOS = "<|endoftext|>", "<|im_end|>"

@@ -20,14 +20,16 @@ from stage1_runs import finish, mascot_run, write_config
 from mascot import tracking
 from mascot.artifacts import Artifact, path_sha256
 from mascot.config import load_config
-from mascot.evaluation.before_after import BeforeAfterSettings, compare_speakers
-from mascot.judges.rubrics import load_rubric
+from mascot.data.contexts import held_out_ids
+from mascot.judges.panel import PanelSpec
+from mascot.queries import Queries, context_ids
 from mascot.roster import load_roster
-from mascot.stage1 import make_judges
-from mascot.train.data import held_out_contexts, is_held_out
-from mascot.train.grpo import SpeakerSettings, train_speaker
-from mascot.train.reward_model import RewardModelSettings, train_reward_model
+from mascot.stage1.before_after import compare_policies, sample_policies, score_replies
+from mascot.stage1.speaker import train_speaker
+from mascot.stage1.steps import judge_shard
+from mascot.train.reward_model import train_reward_model
 from mascot.train.runtime import Resume
+from mascot.train.tiny import resolve_tiny_models
 
 pytestmark = pytest.mark.integration
 
@@ -65,12 +67,13 @@ def test_reward_model_speaker_and_comparison_load_back(pairs_run, tiny_models):
     config, run = pairs_run
     contexts, pairs = artifact(run / "stage1" / "contexts.parquet"), artifact(run / "stage1" / "pairs.parquet")
     roster = load_roster(config.data.roster)
+    queries = Queries(contexts=contexts, roster=roster)
 
     with tracking.wandb_run(config, "library") as wandb_run:  # as the flow does: the trainers log into it
-        rm = train_reward_model(RewardModelSettings.of(config, str(tiny_models.rm)), pairs, contexts,
-                                run / "stage1" / "persona_rm", run / "checkpoints" / "rm")
-        speaker = train_speaker(SpeakerSettings.of(config, str(tiny_models.lm)), contexts, roster, rm,
-                                run / "stage1" / "speaker", run / "checkpoints" / "speaker")
+        resolved = resolve_tiny_models(config)
+        rm = train_reward_model(resolved.train.persona_rm, pairs, contexts, run / "stage1" / "persona_rm",
+                                group_by="persona", name="persona_rm")
+        speaker = train_speaker(resolved.train.speaker, queries, rm, run / "stage1" / "speaker")
     # Offline wandb keeps its records in one binary log, where metric names are plain bytes.
     record = next(Path(wandb_run.dir).parent.glob("run-*.wandb")).read_bytes()
     assert b"train/persona_rm/loss" in record and b"train/speaker/rewards/persona_rm/mean" in record
@@ -82,23 +85,24 @@ def test_reward_model_speaker_and_comparison_load_back(pairs_run, tiny_models):
                                         return_tensors="pt", return_dict=True)
     assert reward_model(**ids).logits.shape == (1, 1)
     metrics = json.loads((rm.path / "metrics.json").read_text())
-    held = held_out_contexts(contexts.read_parquet()["context_id"], config.train.held_out_fraction, config.run.seed)
+    held = held_out_ids(contexts)
     frame = pairs.read_parquet()
-    held_pairs = frame.filter(is_held_out(frame["query_id"], held))
+    held_pairs = frame.filter(context_ids(frame["query_id"]).is_in(held))
     check_interval(metrics["held_out"]["accuracy"], held_pairs.height)
     assert held_pairs.height > 0, "the tiny run must leave pairs to evaluate on"
     for persona, share in metrics["held_out"]["by_persona"].items():
         check_interval(share, held_pairs.filter(pl.col("persona") == persona).height)
     assert metrics["held_out"]["margin"]["n"] == held_pairs.height
     assert metrics["training"]["train_pairs"] == frame.height - held_pairs.height
-    assert not (run / "checkpoints" / "rm").exists(), "checkpoints are dropped once the model is saved"
+    assert not list((run / "stage1" / "checkpoints").glob("persona_rm-*")), "checkpoints go once the model is saved"
 
     policy = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_models.lm), speaker.path)
     lora_b = {name: p for name, p in policy.named_parameters() if "lora_B" in name}
     # PEFT initialises lora_B to zero; non-zero weights mean GRPO's updates were saved.
     assert lora_b and any(torch.count_nonzero(p) for p in lora_b.values())
     adapter = json.loads((speaker.path / "adapter_config.json").read_text())
-    assert adapter["r"] == config.train.lora.r and set(adapter["target_modules"]) == set(config.train.lora.target_modules)
+    lora = config.train.speaker.lora
+    assert adapter["r"] == lora.r and set(adapter["target_modules"]) == set(lora.target_modules)
     speaker_metrics = json.loads((speaker.path / "metrics.json").read_text())
     lora_parameters = sum(p.numel() for name, p in policy.named_parameters() if "lora_" in name)
     assert speaker_metrics["trainable_parameters"]["trainable"] == lora_parameters
@@ -107,10 +111,13 @@ def test_reward_model_speaker_and_comparison_load_back(pairs_run, tiny_models):
     assert [entry["step"] for entry in history] == [1, 2, 3]
     assert all(f"rewards/{name}/mean" in entry for entry in history for name in ("persona_rm", "format", "conciseness"))
 
-    rubric = load_rubric(config.stage1.rubric)
-    comparison = compare_speakers(BeforeAfterSettings.of(config, str(tiny_models.lm)), contexts, roster, rm, speaker,
-                                  make_judges(config.stage1.judges, rubric, {}, run / "requests.sqlite"), rubric,
-                                  run / "stage1" / "speaker_eval")
+    held_out, work, requests = queries.held_out(), run / "work", run / "requests.sqlite"
+    compare = resolved.train.before_after
+    samples = sample_policies(resolved.train.speaker, compare, held_out, speaker, requests, work / "samples.parquet")
+    scored = score_replies(resolved.train.speaker, held_out, rm, samples, work / "scored.parquet")
+    judged = judge_shard(PanelSpec.load(config.stage1.judges, config.stage1.rubric), config.run.seed, held_out,
+                         samples, requests, work / "judgments.parquet")
+    comparison = compare_policies(compare, config.run.seed, scored, judged, run / "stage1" / "speaker_eval")
     result = json.loads((comparison.path / "metrics.json").read_text())
     prompts = len(held) * len(roster.active)
     assert result["prompts"] == prompts and set(result["scores"]) == SCORES

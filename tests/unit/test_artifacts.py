@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from mascot.artifacts import Artifact, RunDir, atomic_dir, dir_artifact, write_json, write_parquet
-from mascot.judges.rubrics import load_rubric
+from mascot.rubrics import load_rubric
 from tasks.caching import artifact_cache_key
 
 

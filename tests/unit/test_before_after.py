@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 from mascot.config import BeforeAfterConfig
-from mascot.evaluation.before_after import SCORES, before_after_metrics
+from mascot.stage1.before_after import SCORES, before_after_metrics
 
 
 def samples(n_prompts: int = 12, gain: float = 0.5) -> pl.DataFrame:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from mascot.cli import app
+from cli.main import app
 from mascot.data import SAMPLES_DIR
 
 REPO = Path(__file__).resolve().parents[2]
@@ -16,12 +18,26 @@ TINY = str(REPO / "configs" / "tiny.yaml")
 runner = CliRunner()
 
 
-@pytest.mark.parametrize("command", [[], ["config"], ["data"], ["models"], ["sample"], ["config", "validate"],
-                                     ["data", "preview"], ["models", "build"]])
+@pytest.mark.parametrize("command", [[], ["config"], ["data"], ["models"], ["sample"], ["run"], ["config", "validate"],
+                                     ["data", "preview"], ["models", "build"], ["run", "stage1"]])
 def test_every_command_explains_itself(command):
     result = runner.invoke(app, [*command, "--help"])
     assert result.exit_code == 0, result.output
     assert "Usage" in result.output and len(result.output.splitlines()) > 4
+
+
+def test_version():
+    import mascot
+
+    mascot_command = Path(sys.executable).parent / "mascot"
+    result = subprocess.run([str(mascot_command), "--version"], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == f"mascot {mascot.__version__}"
+
+
+def test_a_bad_run_name_is_refused_before_anything_runs(tmp_path):
+    result = runner.invoke(app, ["run", "stage1", "--config", TINY, "--run-name", "../escape", "--until", "pairs"])
+    assert result.exit_code == 2, result.output
+    assert "--run-name '../escape'" in result.output and "match pattern" in result.output
 
 
 def test_sample_prints_k_candidates_then_replays_from_the_cache(tiny_models, tmp_path, monkeypatch):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from mascot.cli import app
+from cli.main import app
 from mascot.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,9 +32,12 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path / "configs"
 
 
-def _write(folder: Path, name: str, data: dict | str) -> Path:
+def _write(folder: Path, name: str, data: dict | str | bytes) -> Path:
     path = folder / name
-    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+    if isinstance(data, bytes):
+        path.write_bytes(data)
+    else:
+        path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
     return path
 
 
@@ -42,63 +46,145 @@ def _set(data: dict, dotted: str, value) -> dict:
     *parents, last = dotted.split(".")
     node = data
     for part in parents:
-        node = node[int(part)] if isinstance(node, list) else node[part]
+        node = node[_key(node, part)]
+    last = _key(node, last)
     if value is _DELETE:
         del node[last]
-    elif isinstance(node, list):
-        node[int(last)] = value
     else:
         node[last] = value
     return data
 
 
+def _key(node, part: str):
+    """A dotted-path part as the key it is: list indices and integer mapping keys (rubric anchors) are ints."""
+    return int(part) if isinstance(node, list) or (part.isdigit() and part not in node) else part
+
+
 _DELETE = object()
 
-# (case id, file that gets broken, mutation: (dotted path, value) or raw text, expected fragments)
+# (case id, file that gets broken, mutation: (dotted path, value), expected fragments). Each case breaks
+# one thing; the message must name the field's full YAML path, what was expected and what was found.
+KEY = "sk-proj-Zx81Kd02LmQp77WvBn3"  # shaped like an API key, pasted where its variable's name belongs
 BROKEN_CONFIGS = [
+    # Types, ranges and unknown fields
     ("k-too-small", "tiny.yaml", ("stage1.k", 0), ["stage1.k", "greater than or equal to 2", "got 0"]),
     ("typo-field", "tiny.yaml", ("stage1.marign", 0.5), ["stage1.marign", "did you mean 'margin'"]),
-    ("missing-section", "tiny.yaml", ("models", _DELETE), ["models", "missing required field"]),
+    ("missing-section", "tiny.yaml", ("train", _DELETE), ["train", "missing required field"]),
+    ("section-is-a-number", "tiny.yaml", ("stage1", 5), ["stage1", "expected a mapping", "got int"]),
+    ("section-is-a-list", "tiny.yaml", ("tracking", ["offline"]), ["tracking", "expected a mapping", "got a list"]),
+    ("number-is-a-mapping", "tiny.yaml", ("stage1.k", {"value": 8}), ["stage1.k", "valid integer", "got a mapping"]),
     ("bad-backend-kind", "tiny.yaml", ("generation.kind", "vllm"), ["generation.kind", "'openai', 'anthropic' or 'google'",
                                                                     "got 'vllm'"]),
     ("temperature-not-number", "tiny.yaml", ("generation.params.temperature", "hot"),
      ["generation.params.temperature", "valid number", "got 'hot'"]),
-    ("url-without-scheme", "paper.yaml", ("generation.base_url", "localhost:8000/v1"),
-     ["generation.base_url", "http:// or https:// URL", "got 'localhost:8000/v1'"]),
-    ("path-and-hub", "tiny.yaml", ("data.corpus.hub_name", "facebook/empathetic_dialogues"),
-     ["data.corpus", "exactly one of 'path'"]),
-    ("corpus-wrong-domain", "tiny.yaml", ("data.corpus.source", "qmsum"), ["belongs to domain 'meetings'"]),
-    ("unknown-tiny-model", "tiny.yaml", ("models.speaker", "tiny:huge"), ["unknown tiny model 'tiny:huge'"]),
-    ("tiny-section-missing", "tiny.yaml", ("tiny", _DELETE), ["a 'tiny' section is required"]),
-    ("heads-do-not-divide", "tiny.yaml", ("tiny.num_attention_heads", 3),
-     ["tiny", "hidden_size must be divisible by num_attention_heads"]),
-    ("llm-judge-without-backend", "tiny.yaml", ("stage1.judges", [{"kind": "llm"}]),
-     ["stage1.judges[0]", "needs 'backend'"]),
-    ("duplicate-judge-names", "tiny.yaml", ("stage1.judges", [{"kind": "heuristic"}, {"kind": "heuristic"}]),
-     ["stage1: judge names must be unique"]),
-    ("rubric-wrong-domain", "tiny.yaml", ("stage1.rubric", "rubrics/meetings.yaml"),
-     ["rubric is for 'meetings'"]),
-    ("no-judges", "tiny.yaml", ("stage1.judges", []), ["stage1.judges", "at least 1 item"]),
-    ("lora-rank-text", "paper.yaml", ("train.lora.r", "sixteen"), ["train.lora.r", "valid integer", "got 'sixteen'"]),
-    ("corpus-path-missing", "tiny.yaml", ("data.corpus.path", "no/such/corpus.csv"),
-     ["data.corpus.path", "no such file or folder"]),
-    ("roster-file-missing", "tiny.yaml", ("data.roster", "rosters/nope.yaml"), ["nope.yaml", "file not found"]),
-    ("roster-wrong-domain", "tiny.yaml", ("data.roster", "rosters/meetings.yaml"),
-     ["roster is for 'meetings'", "data.domain is 'emotional_support'"]),
-    ("bad-run-name", "tiny.yaml", ("run.name", "my run!"), ["run.name", "should match pattern"]),
-    ("grpo-groups-do-not-fit", "tiny.yaml", ("train.speaker.num_generations", 3),
-     ["train.speaker", "(8) must be divisible by num_generations (3)"]),
-    ("conciseness-band-inverted", "tiny.yaml", ("train.speaker.min_words", 50),
-     ["train.speaker", "min_words (50) must not exceed max_words (40)"]),
-    ("held-out-fraction-one", "tiny.yaml", ("train.held_out_fraction", 1.0),
-     ["train.held_out_fraction", "less than 1", "got 1.0"]),
-    ("reward-weight-typo", "paper.yaml", ("train.speaker", {"reward_weights": {"persona": 1.0}}),
-     ["train.speaker.reward_weights.persona", "did you mean 'persona_rm'"]),
+    ("lora-rank-text", "paper.yaml", ("train.speaker.lora.r", "sixteen"),
+     ["train.speaker.lora.r", "valid integer", "got 'sixteen'"]),
     ("rm-learning-rate-zero", "tiny.yaml", ("train.persona_rm.learning_rate", 0),
      ["train.persona_rm.learning_rate", "greater than 0"]),
+    ("bad-run-name", "tiny.yaml", ("run.name", "my run!"), ["run.name", "should match pattern"]),
+    ("negative-seed", "tiny.yaml", ("run.seed", -1), ["run.seed", "greater than or equal to 0", "got -1"]),
+    ("vllm-mode-unknown", "paper.yaml", ("train.speaker.vllm_mode", "remote"),
+     ["train.speaker.vllm_mode", "'colocate' or 'server'", "got 'remote'"]),
+    ("held-out-fraction-one", "tiny.yaml", ("data.held_out_fraction", 1.0),
+     ["data.held_out_fraction", "less than 1", "got 1.0"]),
+    ("reward-weight-typo", "paper.yaml", ("train.speaker.reward_weights.persona", 1.0),
+     ["train.speaker.reward_weights.persona", "did you mean 'persona_rm'"]),
+    # Quoted numbers and booleans are strings, never coerced
+    ("quoted-integer", "tiny.yaml", ("stage1.k", "8"), ["stage1.k", "valid integer", "remove the quotes", "got '8'"]),
+    ("quoted-float", "tiny.yaml", ("train.speaker.learning_rate", "5e-4"),
+     ["train.speaker.learning_rate", "valid number", "remove the quotes", "got '5e-4'"]),
+    ("quoted-boolean", "paper.yaml", ("train.speaker.use_vllm", "false"),
+     ["train.speaker.use_vllm", "valid boolean", "got 'false'"]),
+    ("float-for-integer", "tiny.yaml", ("stage1.shard_size", 8.0), ["stage1.shard_size", "valid integer", "got 8.0"]),
+    ("boolean-for-integer", "tiny.yaml", ("train.speaker.max_steps", True),
+     ["train.speaker.max_steps", "valid integer", "got True"]),
+    ("path-is-a-number", "tiny.yaml", ("data.roster", 5), ["data.roster", "expected a path", "got int"]),
+    ("path-is-empty", "tiny.yaml", ("data.roster", ""), ["data.roster", "empty string"]),
+    # Non-finite numbers
+    ("margin-infinite", "tiny.yaml", ("stage1.margin", float("inf")), ["stage1.margin", "finite number", "got inf"]),
+    ("learning-rate-nan", "tiny.yaml", ("train.speaker.learning_rate", float("nan")),
+     ["train.speaker.learning_rate", "finite number", "got nan"]),
+    ("timeout-infinite", "paper.yaml", ("generation.timeout_s", float("inf")), ["generation.timeout_s", "finite number"]),
+    # Secrets where names belong, credentials in URLs
+    ("api-key-in-api-key-env", "paper.yaml", ("generation.api_key_env", KEY),
+     ["generation.api_key_env", "not the key itself", "got '<redacted>'"]),
+    ("hf-token-in-api-key-env", "paper.yaml", ("stage1.judges.0.backend.api_key_env", "hf_" + "aB3dE6gH9jK2mN5pQ8sT1vW4"),
+     ["stage1.judges[0].backend.api_key_env", "not the key itself", "got '<redacted>'"]),
+    ("random-key-in-api-key-env", "paper.yaml", ("generation.api_key_env", "e3b0c44298fc1c149afbf4c8996fb924"),
+     ["generation.api_key_env", "not the key itself"]),
+    ("api-key-env-not-a-name", "paper.yaml", ("generation.api_key_env", "my key"),
+     ["generation.api_key_env", "environment variable name"]),
+    ("url-with-credentials", "paper.yaml", ("generation.base_url", "http://admin:hunter2pass@127.0.0.1:8000/v1"),
+     ["generation.base_url", "must not carry credentials", "<redacted>@127.0.0.1:8000"]),
+    ("url-with-key-in-query", "paper.yaml", ("stage1.judges.1.backend.base_url", "http://127.0.0.1:8001/v1?api_key=xyz"),
+     ["stage1.judges[1].backend.base_url", "must not carry credentials", "api_key=<redacted>"]),
+    ("url-without-scheme", "paper.yaml", ("generation.base_url", "localhost:8000/v1"),
+     ["generation.base_url", "http:// or https:// URL", "got 'localhost:8000/v1'"]),
+    # Model references and devices
+    ("unknown-tiny-model", "tiny.yaml", ("train.speaker.model", "tiny:huge"),
+     ["train.speaker.model", "unknown tiny model", "got 'tiny:huge'"]),
+    ("empty-model", "tiny.yaml", ("train.persona_rm.model", ""), ["train.persona_rm.model", "at least 1 character"]),
+    ("blank-model", "paper.yaml", ("generation.model", "   "), ["generation.model", "at least 1 character"]),
+    ("tiny-model-on-a-server", "paper.yaml", ("generation.model", "tiny:lm"),
+     ["generation.model", "needs kind: transformers", "got 'tiny:lm'"]),
+    ("tiny-judge-on-a-server", "paper.yaml", ("stage1.judges.2.backend.model", "tiny:rm"),
+     ["stage1.judges[2].backend.model", "needs kind: transformers"]),
+    ("tiny-section-missing", "tiny.yaml", ("tiny", _DELETE), ["generation.model", "needs a 'tiny' section"]),
+    ("unknown-device", "tiny.yaml", ("generation.device", "gpu"), ["generation.device", "torch device", "got 'gpu'"]),
+    ("device-bad-index", "tiny.yaml", ("generation.device", "cuda:first"), ["generation.device", "torch device"]),
+    ("base-url-in-process", "tiny.yaml", ("generation.base_url", "http://127.0.0.1:8000/v1"),
+     ["generation.base_url", "kind: transformers runs the model in this process"]),
+    ("adapter-on-a-server", "paper.yaml", ("generation.adapter", "adapters/speaker"),
+     ["generation.adapter", "serve adapters with vLLM"]),
+    # Rules across fields and files
+    ("bf16-on-a-cpu-run", "tiny.yaml", ("train.speaker.bf16", True), ["train.speaker.bf16", "use_cpu is true"]),
+    ("margin-beyond-the-scale", "tiny.yaml", ("stage1.margin", 4.5),
+     ["stage1.margin", "scores of rubric", "run from 1 to 5", "largest gap is 4", "got 4.5"]),
+    ("reward-weights-all-zero", "tiny.yaml", ("train.speaker.reward_weights", {"persona_rm": 0, "format": 0,
+                                                                              "conciseness": 0}),
+     ["train.speaker.reward_weights", "every reward weight is 0"]),
+    ("reward-weight-negative", "tiny.yaml", ("train.speaker.reward_weights.format", -0.5),
+     ["train.speaker.reward_weights.format", "greater than or equal to 0", "got -0.5"]),
+    ("held-out-is-the-training-corpus", "tiny.yaml",
+     ("data.held_out", [{"source": "empathetic_dialogues", "path": "samples:empathetic_dialogues", "split": "train"}]),
+     ["data.held_out[0]", "is the training corpus"]),
+    ("path-and-hub", "tiny.yaml", ("data.corpus.hub_name", "facebook/empathetic_dialogues"),
+     ["data.corpus.hub_name", "exactly one of 'path'"]),
+    ("corpus-wrong-domain", "tiny.yaml", ("data.corpus.source", "qmsum"),
+     ["data.corpus.source", "belongs to domain 'meetings'"]),
+    ("held-out-wrong-domain", "tiny.yaml", ("data.held_out.0.source", "qmsum"),
+     ["data.held_out[0].source", "belongs to domain 'meetings'"]),
+    ("heads-do-not-divide", "tiny.yaml", ("tiny.num_attention_heads", 3),
+     ["tiny.num_attention_heads", "must be divisible by num_attention_heads (3)"]),
+    ("kv-heads-do-not-divide", "tiny.yaml", ("tiny.num_key_value_heads", 3),
+     ["tiny.num_key_value_heads", "must be divisible by num_key_value_heads (3)"]),
+    ("llm-judge-without-backend", "tiny.yaml", ("stage1.judges", [{"kind": "llm"}]),
+     ["stage1.judges[0].backend", "needs 'backend'"]),
+    ("heuristic-judge-with-backend", "tiny.yaml",
+     ("stage1.judges", [{"kind": "heuristic", "backend": {"kind": "transformers", "model": "tiny:lm"}}]),
+     ["stage1.judges[0].backend", "takes no 'backend'"]),
+    ("duplicate-judge-names", "tiny.yaml", ("stage1.judges", [{"kind": "heuristic"}, {"kind": "heuristic"}]),
+     ["stage1.judges[1]", "judge names must be unique; 'heuristic' repeats"]),
+    ("no-judges", "tiny.yaml", ("stage1.judges", []), ["stage1.judges", "at least 1 item"]),
+    ("grpo-groups-do-not-fit", "tiny.yaml", ("train.speaker.num_generations", 3),
+     ["train.speaker.num_generations", "(8) must be divisible by num_generations (3)"]),
+    ("conciseness-band-inverted", "tiny.yaml", ("train.speaker.min_words", 50),
+     ["train.speaker.min_words", "min_words (50) must not exceed max_words (40)"]),
+    ("rubric-wrong-domain", "tiny.yaml", ("stage1.rubric", "rubrics/meetings.yaml"),
+     ["stage1.rubric", "rubric", "is for 'meetings'"]),
+    ("roster-wrong-domain", "tiny.yaml", ("data.roster", "rosters/meetings.yaml"),
+     ["data.roster", "is for 'meetings'", "data.domain is 'emotional_support'"]),
+    # Files a config points at: reported at the config line that names them
+    ("corpus-not-downloaded", "tiny.yaml", ("data.corpus.path", "no/such/corpus"),
+     ["data.corpus.path", "empathetic_dialogues corpus is not downloaded", "github.com/facebookresearch"]),
+    ("roster-file-missing", "tiny.yaml", ("data.roster", "rosters/nope.yaml"), ["data.roster", "no such file", "nope.yaml"]),
+    ("users-file-missing", "tiny.yaml", ("data.users", "users/nope.yaml"), ["data.users", "no such file", "nope.yaml"]),
+    ("rubric-file-missing", "tiny.yaml", ("stage1.rubric", "rubrics/nope.yaml"),
+     ["stage1.rubric", "no such file", "nope.yaml"]),
 ]
 
 BROKEN_TEXT = [
+    ("not-utf8", b"run:\n  name: caf\xe9\n", ["not UTF-8 text"]),
     ("invalid-yaml", "run:\n  name: x\n   seed: 1\n", ["broken.yaml:3", "invalid YAML"]),
     ("duplicate-key", "run:\n  name: x\n  name: y\n", ["broken.yaml:3", "run.name", "more than once"]),
     ("empty-file", "", ["file is empty"]),
@@ -107,13 +193,13 @@ BROKEN_TEXT = [
 
 ROSTER = CONFIGS / "rosters" / "emotional_support.yaml"
 BROKEN_ROSTERS = [
-    ("duplicate-ids", ("personas.1.id", "anchor"), ["persona ids must be unique", "anchor"]),
+    ("duplicate-ids", ("personas.1.id", "anchor"), ["personas[1].id", "persona ids must be unique; 'anchor' repeats"]),
     ("missing-style-rules", ("personas.1.style_rules", _DELETE), ["personas[1].style_rules", "missing required field"]),
     ("empty-must-not", ("personas.0.must_not", []), ["personas[0].must_not", "at least 1 item"]),
     ("id-not-slug", ("personas.2.id", "The Beacon"), ["personas[2].id", "should match pattern", "got 'The Beacon'"]),
     ("blank-name", ("personas.0.name", "   "), ["personas[0].name", "at least 1 character"]),
     ("none-enabled", ("personas", [{**_yaml(ROSTER)["personas"][3], "enabled": False}]),
-     ["at least one persona must be enabled"]),
+     ["personas", "at least one persona must be enabled"]),
     ("unknown-domain", ("domain", "therapy"), ["domain", "'emotional_support' or 'meetings'", "got 'therapy'"]),
     ("typo-in-persona", ("personas.0.descripton", "x"), ["personas[0].descripton", "did you mean 'description'"]),
 ]
@@ -127,11 +213,34 @@ BROKEN_USERS = [
 ]
 
 
-def _check(path: Path, fragments: list[str]) -> None:
-    result = runner.invoke(app, ["config", "validate", str(path)])
+RUBRIC = CONFIGS / "rubrics" / "emotional_support.yaml"
+BROKEN_RUBRICS = [
+    ("anchor-missing", ("criteria.0.anchors.5", _DELETE), ["criteria[0].anchors", "one anchor for each score 1..5"]),
+    ("duplicate-criterion", ("criteria.1.id", "emotional_expressiveness"),
+     ["criteria[1].id", "criterion ids must be unique; 'emotional_expressiveness' repeats"]),
+    ("scale-inverted", ("scale_max", 1), ["scale_max", "must be above scale_min (1)"]),
+    ("criterion-id-not-slug", ("criteria.2.id", "Persona Consistency"), ["criteria[2].id", "should match pattern"]),
+    ("no-criteria", ("criteria", []), ["criteria", "at least 1 item"]),
+]
+
+SECRETS = (KEY, "hunter2pass", "api_key=xyz", "aB3dE6gH9jK2mN5pQ8sT1vW4", "e3b0c44298fc1c149afbf4c8996fb924")
+
+
+def _check(path: Path, fragments: list[str], *args: str) -> None:
+    """`config validate` exits 2, every problem is one `file:line: yaml.path: message` line (the first
+    fragment is the YAML path where one is expected), and no traceback, dict dump or secret is shown."""
+    result = runner.invoke(app, ["config", "validate", str(path), *args])
     assert result.exit_code == 2, result.output
     for fragment in fragments:
         assert fragment in result.output, f"{fragment!r} not in:\n{result.output}"
+    problems = result.output.splitlines()[1:]
+    assert problems and all(re.match(r"  \S+\.yaml(:\d+)?: (\S+|<top level>): ", line) for line in problems), result.output
+    assert "Traceback" not in result.output and "{'" not in result.output and "':" not in result.output
+    assert not any(secret in result.output for secret in SECRETS), result.output
+
+
+def _located(output: str, file: str, yaml_path: str) -> bool:
+    return re.search(rf"{re.escape(file)}:\d+: {re.escape(yaml_path)}: ", output) is not None
 
 
 def test_tiny_config_is_valid():
@@ -141,21 +250,48 @@ def test_tiny_config_is_valid():
 
 
 def test_paper_config_is_valid_once_esconv_is_downloaded(workdir):
-    result = runner.invoke(app, ["config", "validate", str(workdir / "paper.yaml")])
-    assert result.exit_code == 2 and "data.held_out[0].path: no such file or folder" in result.output
+    args = ["config", "validate", str(workdir / "paper.yaml"), "--no-machine-checks"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert _located(result.output, "paper.yaml", "data.held_out[0].path")
+    assert "esconv corpus is not downloaded" in result.output and "github.com/thu-coai" in result.output
     esconv = workdir.parent / "data" / "esconv" / "ESConv.json"
     esconv.parent.mkdir(parents=True)
     esconv.write_text("[]")
-    result = runner.invoke(app, ["config", "validate", str(workdir / "paper.yaml")])
+    result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "K=8" in result.output and "LoRA r=16" in result.output and "phi-4" in result.output
+    assert "K=8" in result.output and "r=16" in result.output and "phi-4" in result.output
 
 
-def test_shipped_rosters_and_users_are_valid():
-    paths = [str(p) for p in sorted((CONFIGS / "rosters").glob("*.yaml"))] + [str(USERS)]
-    result = runner.invoke(app, ["config", "validate", *paths])
+def test_bf16_needs_a_gpu_on_the_machine_that_validates(workdir):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    data = _yaml(workdir / "paper.yaml")
+    (workdir / "esconv.json").write_text("[]")
+    data["data"]["held_out"][0]["path"] = "esconv.json"
+    path = _write(workdir, "paper-here.yaml", data)
+    _check(path, ["2 problem(s)", "train.persona_rm.bf16: bf16 needs a CUDA GPU, and none is visible",
+                  "train.speaker.bf16", "--no-machine-checks"])
+    assert runner.invoke(app, ["config", "validate", str(path), "--no-machine-checks"]).exit_code == 0
+
+
+def test_a_cuda_device_needs_a_gpu_too(workdir):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    path = _write(workdir, "cuda.yaml", _set(_yaml(workdir / "tiny.yaml"), "generation.device", "cuda:1"))
+    _check(path, ["generation.device", "device 'cuda:1' is a CUDA GPU, and none is visible"])
+
+
+def test_shipped_rosters_rubrics_and_users_are_valid():
+    paths = [str(p) for folder in ("rosters", "rubrics") for p in sorted((CONFIGS / folder).glob("*.yaml"))]
+    result = runner.invoke(app, ["config", "validate", *paths, str(USERS)])
     assert result.exit_code == 0, result.output
     assert "The Anchor" in result.output and "Critic" in result.output
+    assert "empathetic_support" in result.output and "scores 1-5" in result.output
 
 
 @pytest.mark.parametrize("case, name, mutation, fragments", BROKEN_CONFIGS, ids=[c[0] for c in BROKEN_CONFIGS])
@@ -164,7 +300,14 @@ def test_broken_config(workdir, case, name, mutation, fragments):
     if name == "paper.yaml":  # give the paper profile its held-out file so only the mutation is wrong
         (workdir / "esconv.json").write_text("[]")
         data["data"]["held_out"][0]["path"] = "esconv.json"
-    _check(_write(workdir, f"broken-{case}.yaml", data), fragments)
+    path = _write(workdir, f"broken-{case}.yaml", data)
+    _check(path, fragments, "--no-machine-checks")
+    output = runner.invoke(app, ["config", "validate", str(path), "--no-machine-checks"]).output
+    assert _located(output, path.name, fragments[0]), f"no line for {fragments[0]}:\n{output}"
+
+
+def test_the_bad_config_suite_is_large():
+    assert len(BROKEN_CONFIGS) >= 60 and len({case for case, *_ in BROKEN_CONFIGS}) == len(BROKEN_CONFIGS)
 
 
 @pytest.mark.parametrize("case, text, fragments", BROKEN_TEXT, ids=[c[0] for c in BROKEN_TEXT])
@@ -180,6 +323,18 @@ def test_broken_roster(tmp_path, case, mutation, fragments):
 @pytest.mark.parametrize("case, mutation, fragments", BROKEN_USERS, ids=[c[0] for c in BROKEN_USERS])
 def test_broken_users(tmp_path, case, mutation, fragments):
     _check(_write(tmp_path, "users.yaml", _set(_yaml(USERS), *mutation)), fragments)
+
+
+@pytest.mark.parametrize("case, mutation, fragments", BROKEN_RUBRICS, ids=[c[0] for c in BROKEN_RUBRICS])
+def test_broken_rubric(tmp_path, case, mutation, fragments):
+    _check(_write(tmp_path, "rubric.yaml", _set(_yaml(RUBRIC), *mutation)), fragments)
+
+
+def test_a_broken_file_that_a_config_names_is_reported_at_its_own_line(workdir):
+    rubric = _write(workdir, "rubric-broken.yaml", _set(_yaml(RUBRIC), "criteria.0.anchors.5", _DELETE))
+    config = _write(workdir, "names-broken-rubric.yaml", _set(_yaml(workdir / "tiny.yaml"), "stage1.rubric",
+                                                             str(rubric)))
+    _check(config, ["rubric-broken.yaml:", "criteria[0].anchors"])
 
 
 def test_problem_points_at_line(workdir):
@@ -209,7 +364,7 @@ def test_relative_paths_resolve_against_config_folder(workdir):
 
 
 def test_the_docs_list_every_field():
-    from mascot.config_docs import field_table
+    from mascot.config.docs import field_table
 
     docs = (REPO / "docs" / "configuration.md").read_text()
-    assert field_table() in docs, "docs/configuration.md is stale: paste `python -m mascot.config_docs` into it"
+    assert field_table() in docs, "docs/configuration.md is stale: paste `python -m mascot.config.docs` into it"

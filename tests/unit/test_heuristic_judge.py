@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from mascot.data.context import Context, Message
-from mascot.judges import HeuristicJudge, JudgeItem, Rubric, extract_features, load_rubric
+from mascot.judges import HeuristicJudge, JudgeItem, extract_features
 from mascot.roster import Persona, load_roster
+from mascot.rubrics import Rubric, load_rubric
 
 ROOT = Path(__file__).resolve().parents[2]
 LONELY = Context(

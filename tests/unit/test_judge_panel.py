@@ -10,14 +10,14 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from mascot.candidates import Candidates, Query, request_seed
-from mascot.config import BackendConfig, JudgeConfig, Stage1Config
+from mascot.config import BackendConfig, JudgeConfig
 from mascot.data.context import Context, Message
-from mascot.judges import HeuristicJudge, JudgeItem, Judgment, judge_items, load_rubric
+from mascot.judges import HeuristicJudge, JudgeItem, Judgment, judge_items
 from mascot.judges.llm_judge import LLMJudge
 from mascot.judges.panel import (
     JudgeFailureRateExceeded,
     JudgePanel,
+    PanelSpec,
     aggregate_scores,
     agreement,
     check_failure_rate,
@@ -26,7 +26,10 @@ from mascot.judges.panel import (
     make_judge,
     make_panel,
 )
+from mascot.queries import Query, request_seed
 from mascot.roster import load_roster
+from mascot.rubrics import load_rubric
+from mascot.stage1.candidates import Candidates
 
 ROOT = Path(__file__).resolve().parents[2]
 RUBRIC = load_rubric(ROOT / "configs" / "rubrics" / "emotional_support.yaml")
@@ -188,13 +191,14 @@ def test_failure_rate_and_the_guard():
 
 
 def test_make_panel_builds_the_configured_judges():
-    tiny = Stage1Config(rubric=ROOT / "configs" / "rubrics" / "emotional_support.yaml",
-                        judges=[JudgeConfig(kind="heuristic")])
-    panel = make_panel(tiny, RUBRIC)
+    spec = PanelSpec.load([JudgeConfig(kind="heuristic")], ROOT / "configs" / "rubrics" / "emotional_support.yaml")
+    assert spec.rubric == RUBRIC
+    panel = make_panel(spec, aggregation="zscore")
     assert isinstance(panel.judges[0], HeuristicJudge) and panel.names == ["heuristic"]
+    assert panel.aggregation == "zscore"
     llm_config = JudgeConfig(kind="llm", name="local", max_attempts=2,
-                             backend=BackendConfig(kind="transformers", model="tiny:lm", device="cpu"))
-    judge = make_judge(llm_config, RUBRIC, model_path="/models/tiny-lm")
+                             backend=BackendConfig(kind="transformers", model="/models/tiny-lm", device="cpu"))
+    judge = make_judge(llm_config, RUBRIC)
     assert isinstance(judge, LLMJudge) and judge.name == "local" and judge.max_attempts == 2
     assert judge.backend.model == "/models/tiny-lm" and judge.params == llm_config.backend.params
 

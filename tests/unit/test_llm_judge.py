@@ -14,7 +14,7 @@ import pytest
 
 from mascot.config import SamplingParams
 from mascot.data.context import Context, Message
-from mascot.judges import JudgeItem, load_rubric
+from mascot.judges import JudgeItem
 from mascot.judges.llm_judge import (
     JudgeReplyError,
     LLMJudge,
@@ -24,6 +24,7 @@ from mascot.judges.llm_judge import (
 )
 from mascot.llm import BackendUnavailable, CachedBackend, RequestCache, normalize_messages, request_key
 from mascot.roster import load_roster
+from mascot.rubrics import load_rubric
 
 ROOT = Path(__file__).resolve().parents[2]
 RUBRIC = load_rubric(ROOT / "configs" / "rubrics" / "emotional_support.yaml")

@@ -25,7 +25,7 @@ QWEN3_8B = {
 def test_paper_lora_on_qwen3_8b_trains_0_187_percent():
     # The config alone (no corpus files needed): the adapter settings the paper profile trains with.
     paper = load_validated(REPO / "configs" / "paper.yaml", RunConfig, context={"base_dir": REPO / "configs"})
-    lora = paper.train.lora
+    lora = paper.train.speaker.lora
     with torch.device("meta"):
         model = get_peft_model(Qwen3ForCausalLM(Qwen3Config(**QWEN3_8B)), peft_lora_config(lora))
     counts = count_trainable_parameters(model)

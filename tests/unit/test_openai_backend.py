@@ -241,7 +241,7 @@ def test_cached_requests_skip_the_server_and_never_store_the_key(fake, tmp_path,
     cache = RequestCache(tmp_path / "requests.sqlite")
     config = BackendConfig(kind="openai", model="served-model", base_url=url, api_key_env="MASCOT_TEST_KEY",
                            timeout_s=5, max_retries=1, max_concurrency=3)
-    backend = make_backend(config, model_path="/ignored/for/openai", cache=cache)
+    backend = make_backend(config, cache=cache)
     assert isinstance(backend, CachedBackend) and backend.model == "served-model"
     first = asyncio.run(backend.generate(MESSAGES, 3, PARAMS, seed=1))
     assert asyncio.run(backend.generate(MESSAGES, 3, PARAMS, seed=1)) == first

@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from mascot.pairs import PAIR_SCHEMA, build_preference_pairs, pairs_summary
+from mascot.stage1.pairs import PAIR_SCHEMA, build_preference_pairs, pairs_summary
 
 REPO = Path(__file__).resolve().parents[2]
 

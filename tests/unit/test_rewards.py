@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mascot.rewards import ConcisenessReward, FormatReward
+from mascot.stage1.rewards import ConcisenessReward, FormatReward
 
 PERSONAS = ["The Anchor", "The Catalyst", "The Beacon"]
 fmt = FormatReward(PERSONAS)

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from mascot.judges.rubrics import Rubric, load_rubric
+from mascot.rubrics import Rubric, load_rubric
 from mascot.yamlio import ConfigError
 
 RUBRICS = Path(__file__).resolve().parents[2] / "configs" / "rubrics"

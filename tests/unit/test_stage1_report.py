@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from mascot.config import BeforeAfterConfig
-from mascot.evaluation.stats import describe, histogram, paired_difference, proportion
-from mascot.tracking import before_after_markdown, before_after_rows, reward_model_markdown, speaker_markdown
+from mascot.stage1.report import (
+    before_after_markdown,
+    before_after_rows,
+    reward_model_markdown,
+    speaker_markdown,
+)
+from mascot.stats import describe, histogram, paired_difference, proportion
 
 
 def reward_model_metrics(held_out_n: int) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mascot.evaluation.stats import describe, paired_difference, proportion
+from mascot.stats import describe, paired_difference, proportion
 
 
 def test_wilson_interval_matches_the_closed_form():

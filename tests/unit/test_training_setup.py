@@ -7,8 +7,12 @@ import json
 import polars as pl
 import pytest
 
-from mascot.train.data import held_out_contexts, is_held_out, preference_records
-from mascot.train.runtime import Resume, TrainingSetupError, device_args
+from mascot.config import RewardModelConfig
+from mascot.data.contexts import held_out_contexts, write_contexts
+from mascot.queries import Queries, context_ids
+from mascot.roster import load_roster
+from mascot.train.reward_model import preference_records
+from mascot.train.runtime import Resume, TrainingSetupError, checkpoint_dir, device_args
 
 CONTEXTS = [f"ed:train:hit:{i}_conv:{i}" for i in range(20)]
 
@@ -26,17 +30,29 @@ def test_held_out_split_is_seeded_sized_and_stable():
 def test_held_out_split_keeps_at_least_one_on_each_side():
     assert len(held_out_contexts(CONTEXTS[:3], 0.01, seed=0)) == 1
     assert len(held_out_contexts(CONTEXTS[:3], 0.99, seed=0)) == 2
-    with pytest.raises(TrainingSetupError, match="at least 2 contexts.*data.corpus.limit"):
-        held_out_contexts(CONTEXTS[:1], 0.2, seed=0)
+    assert held_out_contexts(CONTEXTS[:1], 0.2, seed=0) == set(), "one context cannot be split; trainers say so"
 
 
 def test_no_query_is_on_both_sides():
     held = held_out_contexts(CONTEXTS, 0.3, seed=0)
     queries = pl.Series([f"{c}|{p}" for c in CONTEXTS for p in ("anchor", "beacon")])
-    flags = is_held_out(queries, held)
+    flags = context_ids(queries).is_in(held)
     held_queries = set(queries.filter(flags))
     assert {q.rpartition("|")[0] for q in held_queries} == held
     assert not held_queries & set(queries.filter(~flags))
+
+
+def test_contexts_parquet_carries_the_split_that_every_step_reads(tmp_path, tiny_config):
+    artifact = write_contexts(tiny_config.data, tiny_config.run.seed, tmp_path / "contexts.parquet")
+    frame = artifact.read_parquet()
+    held = set(frame.filter(pl.col("held_out"))["context_id"])
+    assert held == held_out_contexts(frame["context_id"], tiny_config.data.held_out_fraction, tiny_config.run.seed)
+    queries = Queries(contexts=artifact, roster=load_roster(tiny_config.data.roster))
+    held_ids, training_ids = queries.held_out().all_ids(), queries.held_out(False).all_ids()
+    assert {q.rpartition("|")[0] for q in held_ids} == held
+    assert not set(held_ids) & set(training_ids)
+    assert sorted(held_ids + training_ids) == sorted(queries.all_ids())
+    assert held_ids == sorted(held_ids, key=lambda q: q.rpartition("|")[0]), "sorted by context, not by file order"
 
 
 def test_preference_records_are_trl_conversational_with_explicit_prompt():
@@ -61,22 +77,26 @@ def test_bf16_without_a_gpu_is_a_clear_error():
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    with pytest.raises(TrainingSetupError, match="train.bf16 is true but no CUDA GPU"):
-        device_args(bf16=True)
-    assert device_args(bf16=False) == {"use_cpu": True, "bf16": False}
+    with pytest.raises(TrainingSetupError, match="bf16 is true but no CUDA GPU"):
+        device_args(RewardModelConfig(model="m", bf16=True))
+    assert device_args(RewardModelConfig(model="m")) == {"use_cpu": True, "bf16": False}
+
+
+def test_checkpoints_are_per_inputs_beside_the_output(tmp_path):
+    out = tmp_path / "stage1" / "persona_rm"
+    first = checkpoint_dir(out, RewardModelConfig(model="m"))
+    assert first.parent == tmp_path / "stage1" / "checkpoints" and first.name.startswith("persona_rm-")
+    assert first == checkpoint_dir(out, RewardModelConfig(model="m")), "a retry resumes in the same folder"
+    assert first != checkpoint_dir(out, RewardModelConfig(model="m", learning_rate=1.0)), "changed inputs start afresh"
 
 
 def test_vllm_generation_without_vllm_names_the_extra(tmp_path, tiny_config):
     import importlib.util
 
-    from mascot.artifacts import Artifact
-    from mascot.roster import load_roster
-    from mascot.train.grpo import SpeakerSettings, train_speaker
+    from mascot.train.grpo import train_grpo_policy
 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed here")
-    config = tiny_config.model_copy(update={"train": tiny_config.train.model_copy(update={"use_vllm": True})})
-    missing = Artifact(path=tmp_path / "never-read", sha256="0" * 64)
-    with pytest.raises(ImportError, match=r"pip install 'mascot\[serve\]'.*train.use_vllm: false"):
-        train_speaker(SpeakerSettings.of(config, "unused"), missing, load_roster(config.data.roster), missing,
-                      tmp_path / "out", tmp_path / "checkpoints")
+    config = tiny_config.train.speaker.model_copy(update={"use_vllm": True})
+    with pytest.raises(ImportError, match=r"pip install 'mascot\[serve\]'.*use_vllm: false"):
+        train_grpo_policy(config, [], [], [], tmp_path / "out", tmp_path / "checkpoints", name="speaker")

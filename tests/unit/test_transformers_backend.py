@@ -104,7 +104,7 @@ def test_make_backend_builds_the_transformers_backend(lm_dir, tmp_path):
     with pytest.raises(BackendError, match="tiny:lm"):
         make_backend(config)
     cache = RequestCache(tmp_path / "requests.sqlite")
-    backend = make_backend(config, model_path=str(lm_dir), cache=cache)
+    backend = make_backend(config.model_copy(update={"model": str(lm_dir)}), cache=cache)
     assert isinstance(backend, CachedBackend) and isinstance(backend.backend, TransformersBackend)
     assert backend.kind == "transformers" and backend.model == str(lm_dir)
     first = asyncio.run(backend.generate(MESSAGES, 2, config.params, 9))
