@@ -41,6 +41,7 @@ app.add_typer(config_app, name="config")
 app.add_typer(data_app, name="data")
 app.add_typer(models_app, name="models")
 
+
 def _version(show: bool) -> None:
     if show:
         console.print(f"mascot {mascot.__version__}", highlight=False)

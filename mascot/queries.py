@@ -73,8 +73,8 @@ class Queries(BaseModel):
         """The query ids, contexts in file order, personas in roster order."""
         if self.ids is not None:
             return list(self.ids)
-        context_ids = self.contexts.read_parquet()["context_id"].to_list()
-        return [Query.make_id(c, p.id) for c in context_ids for p in self.roster.active]
+        in_file_order = self.contexts.read_parquet()["context_id"].to_list()
+        return [Query.make_id(c, p.id) for c in in_file_order for p in self.roster.active]
 
     def load(self) -> list[Query]:
         by_id = read_contexts(self.contexts)

@@ -20,7 +20,7 @@ Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 
 
 class Criterion(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
     id: Slug = Field(description="Column name in judgments.parquet, e.g. 'empathetic_support'.")
     name: Text = Field(description="Display name, e.g. 'Empathetic Support Quality'.")
@@ -29,7 +29,7 @@ class Criterion(BaseModel):
 
 
 class Rubric(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
     domain: Literal["emotional_support", "meetings"] = Field(description="Domain the rubric judges.")
     name: Text = Field(description="Human-readable rubric name.")

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from mascot.redaction import redact_value
+from mascot.redaction import redact
 
 M = TypeVar("M", bound=BaseModel)
 Loc = tuple[str | int, ...]
@@ -70,7 +70,8 @@ def read_yaml(path: str | Path) -> tuple[Any, yaml.Node | None]:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError([Problem(str(path), None, "", f"not UTF-8 text (byte {exc.start}); expected a YAML file")]) from None
+        problem = f"not UTF-8 text (byte {exc.start}); expected a YAML file"
+        raise ConfigError([Problem(str(path), None, "", problem)]) from None
     except OSError as exc:
         raise ConfigError([Problem(str(path), None, "", f"cannot be read: {exc.strerror}")]) from None
     try:
@@ -148,7 +149,8 @@ def _problem(document: YamlDocument, err: dict, model: type[BaseModel]) -> Probl
         message = message.replace("Input should be", "expected").replace("Value error, ", "")
         if kind in ("int_type", "float_type", "bool_type") and isinstance(found, str):
             message += " (a quoted value is a string: remove the quotes)"
-        message = f"{message}; got {_short(found)}"
+        if not (kind == "value_error" and isinstance(found, dict | list)):  # a section's rule: no dump
+            message = f"{message}; got {_short(found, loc[-1] if loc else None)}"
     return Problem(str(document.path), document.line_of(loc), _dotted(loc), message)
 
 
@@ -237,9 +239,9 @@ def _kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def _short(value: Any, limit: int = 60) -> str:
+def _short(value: Any, field: str | int | None = None, limit: int = 60) -> str:
     """A found value as shown in a message: scalars in full (secrets masked), never a section's dump."""
     if isinstance(value, dict | list):
         return _kind(value)
-    text = repr(redact_value(value))
+    text = repr(redact(value, str(field)))
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -82,17 +82,17 @@ def file_problems(document: YamlDocument, config: RunConfig) -> list[Problem]:
 
 def machine_problems(document: YamlDocument, config: RunConfig) -> list[Problem]:
     """What keeps this machine from running the config: bf16 or a CUDA device without a CUDA GPU."""
-    wants_cuda = {("train", name, "bf16"): "bf16 needs a CUDA GPU"
+    wants_cuda = {("train", name, "bf16"): ("bf16 needs a CUDA GPU", "bf16: false to train in float32")
                   for name, trainer in config.train.trainers.items() if trainer.bf16 and not trainer.use_cpu}
     backends = {("generation",): config.generation,
                 **{("stage1", "judges", i, "backend"): j.backend for i, j in enumerate(config.stage1.judges) if j.backend}}
-    wants_cuda |= {(*loc, "device"): f"device '{b.device}' is a CUDA GPU" for loc, b in backends.items()
-                   if b.kind == "transformers" and b.device.startswith("cuda")}
+    wants_cuda |= {(*loc, "device"): (f"device '{b.device}' is a CUDA GPU", "device: auto or cpu")
+                   for loc, b in backends.items() if b.kind == "transformers" and b.device.startswith("cuda")}
     if not wants_cuda or _cuda_visible():
         return []
-    return [document.problem(loc, f"{reason}, and none is visible on this machine; set it for the CPU here, or "
-                                  "check the config where it will run (mascot config validate --no-machine-checks)")
-            for loc, reason in wants_cuda.items()]
+    return [document.problem(loc, f"{reason}, and none is visible on this machine; set {fix} here, or check a config "
+                                  "meant for another machine with mascot config validate --no-machine-checks")
+            for loc, (reason, fix) in wants_cuda.items()]
 
 
 def _cuda_visible() -> bool:

@@ -202,6 +202,7 @@ BROKEN_ROSTERS = [
      ["personas", "at least one persona must be enabled"]),
     ("unknown-domain", ("domain", "therapy"), ["domain", "'emotional_support' or 'meetings'", "got 'therapy'"]),
     ("typo-in-persona", ("personas.0.descripton", "x"), ["personas[0].descripton", "did you mean 'description'"]),
+    ("quoted-boolean", ("personas.1.asks_questions", "yes"), ["personas[1].asks_questions", "valid boolean", "got 'yes'"]),
 ]
 
 USERS = CONFIGS / "users" / "big_five.yaml"
@@ -210,6 +211,8 @@ BROKEN_USERS = [
      ["profiles[0].big_five.neuroticism", "less than or equal to 1", "got 1.5"]),
     ("missing-trait", ("profiles.1.big_five.openness", _DELETE), ["profiles[1].big_five.openness", "missing"]),
     ("no-domains", ("profiles.2.domains", []), ["profiles[2].domains", "at least 1 item"]),
+    ("quoted-trait", ("profiles.0.big_five.openness", "0.5"), ["profiles[0].big_five.openness", "remove the quotes"]),
+    ("trait-nan", ("profiles.0.big_five.openness", float("nan")), ["profiles[0].big_five.openness", "finite number"]),
 ]
 
 
@@ -221,6 +224,7 @@ BROKEN_RUBRICS = [
     ("scale-inverted", ("scale_max", 1), ["scale_max", "must be above scale_min (1)"]),
     ("criterion-id-not-slug", ("criteria.2.id", "Persona Consistency"), ["criteria[2].id", "should match pattern"]),
     ("no-criteria", ("criteria", []), ["criteria", "at least 1 item"]),
+    ("quoted-scale", ("scale_max", "5"), ["scale_max", "valid integer", "got '5'"]),
 ]
 
 SECRETS = (KEY, "hunter2pass", "api_key=xyz", "aB3dE6gH9jK2mN5pQ8sT1vW4", "e3b0c44298fc1c149afbf4c8996fb924")
