@@ -185,7 +185,8 @@ def test_a_killed_speaker_training_resumes_from_its_checkpoint(workdir):
 
 
 def test_no_pairs_to_train_on_is_a_clear_error_without_a_retry(workdir):
-    config = write_config(workdir, "no-pairs", train=TRAIN, margin=10.0)  # no score gap reaches 10 on 1-5
+    # No gap reaches 10 sd of z-scored scores (on the 1-5 scale, config validation refuses a margin of 10).
+    config = write_config(workdir, "no-pairs", train=TRAIN, margin=10.0, aggregation="zscore")
     process = mascot_run(config, "no-pairs", until="persona_rm")
     output, _ = process.communicate(timeout=600)
     assert process.returncode == 1, output[-3000:]
