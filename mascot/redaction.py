@@ -64,7 +64,7 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
-def redact_value(value: Any) -> Any:
+def _redact_scalar(value: Any) -> Any:
     """A scalar as it may be shown: secrets masked, URL credentials removed."""
     if not isinstance(value, str):
         return value
@@ -86,7 +86,7 @@ def redact(data: Any, key: str | None = None) -> Any:
         return [redact(v) for v in data]
     if key == "api_key_env" and isinstance(data, str) and not is_env_var_name(data):
         return REDACTED
-    return redact_value(data)
+    return _redact_scalar(data)
 
 
 def redact_text(text: str) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from mascot.llm.base import MissingAPIKey
-from mascot.redaction import redact_url, redact_value
+from mascot.redaction import redact, redact_url
 
 # Servers other than the vendor's (vLLM, proxies, loopback tests) accept any key; clients insist on one.
 PLACEHOLDER_KEY = "EMPTY"
@@ -75,9 +75,9 @@ class RemoteBackend:
             if os.environ.get(name):
                 return os.environ[name]
         if self.is_vendor_url():
+            shown = " or ".join(redact(name, "api_key_env") for name in names)  # a pasted key is not echoed
             raise MissingAPIKey(
-                f"the environment variable {' or '.join(map(str, map(redact_value, names)))} is not set; "
-                f"it must hold the API key for "
+                f"the environment variable {shown} is not set; it must hold the API key for "
                 f"{self.url} (or set api_key_env to the variable that holds it, or base_url to a local server)"
             )
         return PLACEHOLDER_KEY
