@@ -1,12 +1,15 @@
 """Stage 1, persona alignment: contexts -> K candidates -> judge panel -> preference pairs
 -> persona reward model -> GRPO Speaker -> before/after comparison on held-out prompts.
 
-    mascot run stage1 --config configs/tiny.yaml [--until pairs|persona_rm|speaker]
+    mascot run stage1 --config configs/tiny.yaml [--until pairs|persona_rm|speaker] [--refresh]
 
-Sampling and judging run in shards, pipelined: a shard is judged as soon as it is sampled, while
-the next one samples. Each shard is a cached task whose result lives in the run directory, so a
-rerun skips every shard already done, and a run killed mid-shard resumes from the request cache.
-Training tasks checkpoint periodically; a killed or retried one resumes from its last checkpoint.
+Sampling and judging run in shards, pipelined. Every shard's sampling starts at once, and each
+backend's `max_concurrency` bounds the requests in flight for the whole run (`mascot.llm.limits`),
+first come first served, so the first shard is answered first. A shard is judged as soon as it is
+sampled, while later shards still sample; judging the last shard is all that is left after the
+last sample. Each shard is a cached task whose output is named by its cache key, so a rerun skips
+every shard already done, and a run killed mid-shard resumes from the request cache. Training
+tasks checkpoint periodically; a killed or retried one resumes from its last checkpoint.
 Everything, the trainers' logs included, goes to one wandb run per flow run.
 """
 
@@ -16,7 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from prefect import flow
-from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
+from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, PREFECT_TASKS_REFRESH_CACHE, temporary_settings
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from mascot import tracking
@@ -29,49 +32,65 @@ from tasks.tracking import report_stage1
 
 Until = Literal["pairs", "persona_rm", "speaker"]
 
+# Threads mostly wait, on the backends' limits or on an upstream shard. A sampling task and its
+# judging task are submitted one after the other, and a task only ever waits for tasks submitted
+# before it, so any number of workers is free of deadlock; 16 keeps several shards queued at every
+# backend without opening hundreds of task runs at once on a big config.
+WORKERS = 16
 
-@flow(name="stage1", task_runner=ThreadPoolTaskRunner(max_workers=2))
+
+@flow(name="stage1", task_runner=ThreadPoolTaskRunner(max_workers=WORKERS))
 def stage1(config_path: str, run_name: str | None = None, until: Until = "speaker",
            refresh: bool = False) -> dict[str, Artifact]:
-    """Run Stage 1 of a config up to `until`; returns the artifacts written."""
+    """Run Stage 1 of a config up to `until`; returns the artifacts written.
+
+    `refresh` recomputes every cached step (LLM requests are still answered by the request cache).
+    """
     config = load_config(config_path)
     if run_name:
         config = config.renamed(run_name)
     run = RunDir(config.run_dir)
     run.start(config, Path(config_path))
-    options = {"refresh_cache": True} if refresh else {}
-    sample, judge = steps.sample_candidates.with_options(**options), steps.judge_candidates.with_options(**options)
+    # With `refresh`, every cached task recomputes and overwrites its cache record: the steps downstream
+    # of a refreshed one are refreshed too, so none can return a result that names a replaced file.
+    cache = {PREFECT_LOCAL_STORAGE_PATH: run.prefect_results, PREFECT_TASKS_REFRESH_CACHE: refresh}
 
-    with temporary_settings(updates={PREFECT_LOCAL_STORAGE_PATH: run.prefect_results}), \
+    with temporary_settings(updates=cache), \
             tracking.wandb_run(config, "stage1"):
         config = resolve_tiny_models(config)  # built once, here; every step gets loadable folders
         seed, requests, train = config.run.seed, config.cache.requests, config.train
         panel = steps.load_panel(config.stage1)
         contexts = steps.write_contexts(config.data, seed, run.path("stage1", "contexts.parquet"))
         queries = Queries(contexts=contexts, roster=steps.load_roster(config.data.roster))
-        shards = queries.shards(config.stage1.shard_size)
-        sampled = [sample.submit(config.generation, config.stage1.k, seed, shard, requests,
-                                 run.shard("stage1", "candidates", index))
-                   for index, shard in enumerate(shards)]
-        judged = [judge.submit(panel, seed, shard, candidates, requests, run.shard("stage1", "judgments", index))
-                  for index, (shard, candidates) in enumerate(zip(shards, sampled, strict=True))]
+        sampled, judged = [], []
+        for index, shard in enumerate(queries.shards(config.stage1.shard_size)):
+            replies = steps.sample_candidates.submit(config.generation, config.stage1.k, seed, shard, requests,
+                                                     run.shard("stage1", "candidates", index))
+            sampled.append(replies)
+            judged.append(steps.judge_candidates.submit(panel, seed, shard, replies, requests,
+                                                        run.shard("stage1", "judgments", index)))
         candidates = steps.merge_shards(sampled, run.path("stage1", "candidates.parquet"))
         judgments = steps.merge_shards(judged, run.path("stage1", "judgments.parquet"))
         pairs = steps.build_pairs(config.stage1, queries, candidates, judgments, run.path("stage1", "pairs.parquet"))
         artifacts = {"stage1/contexts": contexts, "stage1/candidates": candidates, "stage1/judgments": judgments,
                      "stage1/pairs": pairs}
+        run.record(artifacts)
 
         if until in ("persona_rm", "speaker"):
             artifacts["stage1/persona_rm"] = persona_rm = steps.train_persona_rm(
                 train.persona_rm, pairs, contexts, run.path("stage1", "persona_rm"))
+            run.record(artifacts)
         if until == "speaker":
             artifacts["stage1/speaker"] = speaker = steps.train_speaker(
                 train.speaker, queries, persona_rm, run.path("stage1", "speaker"))
-            held_out, work = queries.held_out(), run.path("stage1", "shards", "speaker_eval")
+            run.record(artifacts)
+            held_out = queries.held_out()
             samples = steps.sample_policies(train.speaker, train.before_after, held_out, speaker, requests,
-                                            work / "samples.parquet")
-            scored = steps.score_replies(train.speaker, held_out, persona_rm, samples, work / "scored.parquet")
-            judged_samples = judge(panel, seed, held_out, samples, requests, work / "judgments.parquet")
+                                              run.path("stage1", "speaker_eval-samples.parquet"))
+            scored = steps.score_replies(train.speaker, held_out, persona_rm, samples,
+                                           run.path("stage1", "speaker_eval-scored.parquet"))
+            judged_samples = steps.judge_candidates(panel, seed, held_out, samples, requests,
+                                                      run.path("stage1", "speaker_eval-judgments.parquet"))
             artifacts["stage1/speaker_eval"] = steps.compare_policies(
                 train.before_after, seed, scored, judged_samples, run.path("stage1", "speaker_eval"))
         artifacts |= report_stage1(config.run.name, panel.rubric, artifacts, requests, run.path("stage1"))

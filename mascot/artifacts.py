@@ -2,6 +2,10 @@
 
 Steps hand each other `Artifact`s (a path and the SHA-256 of its bytes), never data frames: a
 downstream step reads the file and checks the hash, and the hash is part of its cache key.
+
+A cached step writes into `<stage>/steps/`, under a name that carries its cache key
+(`keyed_path`), so no run overwrites a file that another run's cache still names. The contract's
+names (`stage1/pairs.parquet`) are links to the current step outputs, updated by `RunDir.record`.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -28,6 +33,11 @@ PACKAGES = ("mascot", "torch", "transformers", "trl", "peft", "accelerate", "dat
             "openai", "pydantic", "wandb")
 
 
+class ArtifactChanged(ValueError):
+    """A step's input is not the file its producer wrote. Pipeline steps never cause this (they write
+    new files under new names); a hand edit or deletion does, and recomputing every step repairs it."""
+
+
 class Artifact(BaseModel):
     """A file or folder in the run directory and the hash of its content."""
 
@@ -39,11 +49,13 @@ class Artifact(BaseModel):
     def verified(self) -> Path:
         """The path, after checking the file is still the one that was written."""
         if not self.path.exists():
-            raise FileNotFoundError(f"artifact {self.path} is missing; rerun the step that writes it")
+            raise ArtifactChanged(f"artifact {self.path} is missing: it was deleted after the step that wrote "
+                                  "it ran. Rerun with --refresh (the flow's `refresh` parameter) to compute every step again")
         actual = path_sha256(self.path)
         if actual != self.sha256:
-            raise ValueError(f"artifact {self.path} changed since it was written (sha256 {actual[:12]}, "
-                             f"expected {self.sha256[:12]}); rerun with --refresh")
+            raise ArtifactChanged(f"artifact {self.path} changed after the step that wrote it ran (sha256 "
+                                  f"{actual[:12]}, expected {self.sha256[:12]}): it was edited or replaced "
+                                  "outside the pipeline. Rerun with --refresh (the flow's `refresh` parameter) to compute every step again")
         return self.path
 
     def read_parquet(self) -> pl.DataFrame:
@@ -111,6 +123,33 @@ def atomic_dir(path: Path) -> Iterator[Path]:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+KEYED_NAME = re.compile(r"(?P<name>.+)-[0-9a-f]{16}$")
+
+
+def keyed_path(out: Path, key: str) -> Path:
+    """Where a cached step writes `out` (`<stage>/pairs.parquet`): `<stage>/steps/pairs-<key[:16]>.parquet`."""
+    return out.parent / "steps" / f"{out.stem}-{key[:16]}{out.suffix}"
+
+
+def unkeyed_path(path: Path) -> Path:
+    """The contract path a step output stands for: the inverse of `keyed_path` (other paths are returned as is)."""
+    match = KEYED_NAME.fullmatch(path.stem)
+    if path.parent.name != "steps" or match is None:
+        return path
+    return path.parent.parent / f"{match['name']}{path.suffix}"
+
+
+def link(path: Path, target: Path) -> None:
+    """Make `path` a relative symlink to `target`, atomically; whatever was at `path` goes."""
+    temporary = path.with_name(f".{path.name}.link")
+    with contextlib.suppress(FileNotFoundError):
+        temporary.unlink()
+    temporary.symlink_to(os.path.relpath(target, path.parent))
+    if path.is_dir() and not path.is_symlink():  # a folder from an older run: no rename can replace it
+        shutil.rmtree(path)
+    os.replace(temporary, path)
+
+
 def dir_artifact(path: Path) -> Artifact:
     return Artifact(path=path, sha256=path_sha256(path))
 
@@ -119,6 +158,11 @@ def write_parquet(frame: pl.DataFrame, path: Path) -> Artifact:
     with atomic_path(path) as temporary:
         frame.write_parquet(temporary)
     return Artifact(path=path, sha256=file_sha256(path))
+
+
+def merge_parquet(parts: list[Artifact], out: Path) -> Artifact:
+    """One parquet file of the rows of `parts`, in order (shards into the stage's table)."""
+    return write_parquet(pl.concat([part.read_parquet() for part in parts], how="vertical"), out)
 
 
 def write_json(data: Any, path: Path) -> Artifact:
@@ -148,7 +192,7 @@ class RunDir:
         return self.root.joinpath(stage, *parts)
 
     def shard(self, stage: str, kind: str, index: int) -> Path:
-        return self.path(stage, "shards", kind, f"{kind}-{index:05d}.parquet")
+        return self.path(stage, f"{kind}-{index:05d}.parquet")
 
     @property
     def prefect_results(self) -> Path:
@@ -156,11 +200,16 @@ class RunDir:
         return self.root / ".prefect-results"
 
     def record(self, artifacts: dict[str, Artifact]) -> None:
-        """Add artifact hashes to the manifest (safe against concurrent writers)."""
+        """Link each artifact's contract path to it, and add its hash to the manifest (safe against
+        concurrent writers)."""
         with self._locked_manifest() as manifest:
             recorded = manifest.setdefault("artifacts", {})
             for name, artifact in artifacts.items():
-                recorded[name] = {"path": str(artifact.path.relative_to(self.root)), "sha256": artifact.sha256}
+                contract = unkeyed_path(artifact.path)
+                if contract != artifact.path:
+                    link(contract, artifact.path)
+                recorded[name] = {"path": str(contract.relative_to(self.root)), "sha256": artifact.sha256,
+                                  "file": str(artifact.path.relative_to(self.root))}
 
     def start(self, config: BaseModel, config_path: Path | None = None) -> None:
         """Write the run's identity to the manifest: config, its hash, package versions, git commit.

@@ -1,20 +1,30 @@
-"""Explicit cache keys: a task's source, the config slice it reads and the hashes of its inputs.
+"""Explicit cache keys, and outputs named by them.
 
-Every parameter of a cached task is one of those: a config slice (pydantic model), an `Artifact`
-(path + content hash), or a plain value. Changing a rubric therefore changes the key of judging
-and of everything downstream of it, and of nothing upstream.
+A task's key covers its own source, the source of the library modules it runs (`code_fingerprint`),
+the package version and its parameters. Every parameter of a cached task is a config slice
+(pydantic model), an `Artifact` (path + content hash) or a plain value, so changing a rubric, or
+the judge's code, changes the key of judging and of everything downstream of it, and of nothing
+upstream.
+
+A cached task writes its output under a name derived from its key (`keyed`), never over the file
+of another key. A cache hit therefore always names a file that is still on disk as it was written:
+edit the corpus, rerun, revert the edit, rerun, and the second rerun's hits are the first run's
+files, untouched by the run in between.
 """
 
 from __future__ import annotations
 
 import hashlib
 import inspect
+from pathlib import Path
 from typing import Any
 
+from prefect.context import TaskRunContext
 from pydantic import BaseModel
 
 import mascot
-from mascot.artifacts import canonical_json
+from mascot.artifacts import canonical_json, keyed_path
+from tasks.code_hash import code_fingerprint
 
 
 def _plain(value: Any) -> Any:
@@ -28,11 +38,20 @@ def _plain(value: Any) -> Any:
 
 
 def artifact_cache_key(context, parameters: dict[str, Any]) -> str:
-    """Prefect `cache_key_fn`: sha256 of the task's source, the library version and its parameters."""
+    """Prefect `cache_key_fn`: sha256 of the task's source, the code it runs, the version and its parameters."""
     task = context.task
     digest = hashlib.sha256()
     digest.update(task.name.encode())
     digest.update(inspect.getsource(task.fn).encode())
+    digest.update(code_fingerprint(task.fn, *parameters.values()).encode())
     digest.update(mascot.__version__.encode())
     digest.update(canonical_json(_plain(parameters)).encode())
     return digest.hexdigest()
+
+
+def keyed(out: Path) -> Path:
+    """Where the running task writes `out`: beside it, in `steps/`, under a name that carries its cache key."""
+    context = TaskRunContext.get()
+    if context is None:
+        raise RuntimeError("keyed() names a task's output by its cache key, so it must run inside a task")
+    return keyed_path(out, artifact_cache_key(context, context.parameters))

@@ -2,8 +2,9 @@
 
 A task takes a few named inputs (a config section, artifacts, an output path) and returns an
 artifact. Sampling, judging, training and comparison tasks are cached by `artifact_cache_key`;
-their results (paths and hashes) are persisted inside the run directory. LLM tasks retry with
-backoff, training tasks retry once from their last checkpoint.
+each writes its output under a name that carries its key (`keyed`), and their results (paths and
+hashes) are persisted inside the run directory. LLM tasks retry with backoff, training tasks retry
+once from their last checkpoint.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from prefect import task
 from prefect.tasks import exponential_backoff
 
-from mascot.artifacts import Artifact
+from mascot.artifacts import Artifact, merge_parquet
 from mascot.config import (
     BackendConfig,
     BeforeAfterConfig,
@@ -27,10 +28,10 @@ from mascot.judges.panel import PanelSpec
 from mascot.queries import Queries
 from mascot.roster import Roster
 from mascot.roster import load_roster as read_roster
-from mascot.stage1 import before_after, speaker, steps
+from mascot.stage1 import before_after, candidates, judging, pairs, speaker
 from mascot.train.reward_model import train_reward_model
 from mascot.train.runtime import TrainingSetupError
-from tasks.caching import artifact_cache_key
+from tasks.caching import artifact_cache_key, keyed
 
 CACHED = {"cache_key_fn": artifact_cache_key, "persist_result": True}
 LLM_RETRIES = {"retries": 3, "retry_delay_seconds": exponential_backoff(backoff_factor=5)}
@@ -62,52 +63,54 @@ def write_contexts(data: DataConfig, seed: int, out: Path) -> Artifact:
     return contexts_io.write_contexts(data, seed, out)
 
 
-@task(**CACHED, **LLM_RETRIES, tags=["llm"])
+# No tags on LLM tasks: a tagged task run asks the Prefect server for tag concurrency slots, a round
+# trip per shard, and requests are limited per backend anyway (`mascot.llm.limits`).
+@task(**CACHED, **LLM_RETRIES)
 def sample_candidates(generation: BackendConfig, k: int, seed: int, shard: Queries, requests: Path,
                       out: Path) -> Artifact:
-    return steps.sample_shard(generation, k, seed, shard, requests, out)
+    return candidates.sample_shard(generation, k, seed, shard, requests, keyed(out))
 
 
-@task(**CACHED, **LLM_RETRIES, tags=["llm"])
-def judge_candidates(panel: PanelSpec, seed: int, shard: Queries, candidates: Artifact, requests: Path,
+@task(**CACHED, **LLM_RETRIES)
+def judge_candidates(panel: PanelSpec, seed: int, shard: Queries, replies: Artifact, requests: Path,
                      out: Path) -> Artifact:
-    return steps.judge_shard(panel, seed, shard, candidates, requests, out)
+    return judging.judge_shard(panel, seed, shard, replies, requests, keyed(out))
 
 
 @task(**CACHED)
 def merge_shards(shards: list[Artifact], out: Path) -> Artifact:
-    return steps.merge_shards(shards, out)
+    return merge_parquet(shards, keyed(out))
 
 
 @task(**CACHED)
-def build_pairs(stage1: Stage1Config, queries: Queries, candidates: Artifact, judgments: Artifact,
+def build_pairs(stage1: Stage1Config, queries: Queries, replies: Artifact, judgments: Artifact,
                 out: Path) -> Artifact:
-    return steps.build_pairs(stage1, queries, candidates, judgments, out)
+    return pairs.build_pairs(stage1, queries, replies, judgments, keyed(out))
 
 
 @task(**CACHED, **TRAINING_RETRIES, tags=["training"])
 def train_persona_rm(config: RewardModelConfig, pairs: Artifact, contexts: Artifact, out: Path) -> Artifact:
-    return train_reward_model(config, pairs, contexts, out, group_by="persona", name="persona_rm")
+    return train_reward_model(config, pairs, contexts, keyed(out), group_by="persona", name="persona_rm")
 
 
 @task(**CACHED, **TRAINING_RETRIES, tags=["training"])
 def train_speaker(config: SpeakerConfig, queries: Queries, persona_rm: Artifact, out: Path) -> Artifact:
-    return speaker.train_speaker(config, queries, persona_rm, out)
+    return speaker.train_speaker(config, queries, persona_rm, keyed(out))
 
 
-@task(**CACHED, **LLM_RETRIES, tags=["llm"])
+@task(**CACHED, **LLM_RETRIES)
 def sample_policies(config: SpeakerConfig, compare: BeforeAfterConfig, held_out: Queries, adapter: Artifact,
                     requests: Path, out: Path) -> Artifact:
-    return before_after.sample_policies(config, compare, held_out, adapter, requests, out)
+    return before_after.sample_policies(config, compare, held_out, adapter, requests, keyed(out))
 
 
 @task(**CACHED)
 def score_replies(config: SpeakerConfig, held_out: Queries, persona_rm: Artifact, samples: Artifact,
                   out: Path) -> Artifact:
-    return before_after.score_replies(config, held_out, persona_rm, samples, out)
+    return before_after.score_replies(config, held_out, persona_rm, samples, keyed(out))
 
 
 @task(**CACHED)
 def compare_policies(compare: BeforeAfterConfig, seed: int, scored: Artifact, judgments: Artifact,
                      out: Path) -> Artifact:
-    return before_after.compare_policies(compare, seed, scored, judgments, out)
+    return before_after.compare_policies(compare, seed, scored, judgments, keyed(out))

@@ -6,7 +6,7 @@ How the shared interface maps onto the Messages API:
   User and assistant messages keep their roles and are sent as they are: the API itself combines
   consecutive same-role turns into one, so nothing is merged here. A message's `name` is dropped
   (the API has no such field).
-- The API has no `n`: the `n` candidates are `n` concurrent requests, bounded by the semaphore.
+- The API has no `n`: the `n` candidates are `n` concurrent requests, bounded by the backend's concurrency limit.
 - The API has no seed either, so candidates are not reproducible at the vendor. The request
   cache (whose key includes the seed) is what makes a rerun return the same texts.
 - `max_new_tokens` becomes `max_tokens`, `stop` becomes `stop_sequences`. The API refuses
@@ -62,7 +62,7 @@ JSON_TOOL_NAME = "json_output"  # the forced tool for {"type": "json_object"}
 
 
 class AnthropicBackend(RemoteBackend):
-    """Async client for one Claude model. One client and semaphore per event loop, as in `OpenAIBackend`."""
+    """Async client for one Claude model. One client per event loop, as in `OpenAIBackend`."""
 
     kind = "anthropic"
     default_url = "https://api.anthropic.com"
@@ -73,7 +73,7 @@ class AnthropicBackend(RemoteBackend):
         super().__init__(model, **options)
         self.sends_temperature = True  # turned off once the model refuses the field
 
-    def _open(self) -> tuple[anthropic.AsyncAnthropic, asyncio.Semaphore]:
+    def _open(self) -> tuple[anthropic.AsyncAnthropic]:
         http_client = anthropic.DefaultAsyncHttpxClient(event_hooks={"request": [self._count_request]})
         client = anthropic.AsyncAnthropic(
             # An explicit key also stops the SDK from looking for profiles and other credentials.
@@ -83,7 +83,7 @@ class AnthropicBackend(RemoteBackend):
             max_retries=self.max_retries,
             http_client=http_client,
         )
-        return client, asyncio.Semaphore(self.max_concurrency)
+        return (client,)
 
     async def generate(
         self,
@@ -112,8 +112,8 @@ class AnthropicBackend(RemoteBackend):
         if tool is not None:
             request["tools"] = [tool]
             request["tool_choice"] = {"type": "tool", "name": tool["name"]}
-        client, semaphore = self._loop_state()
-        async with semaphore:
+        (client,) = self._loop_state()
+        async with self._limit().slot():
             try:
                 message = await client.messages.create(**request, **self._sampling_fields(params))
             except anthropic.BadRequestError as exc:

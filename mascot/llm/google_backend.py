@@ -65,7 +65,7 @@ SEED_MODULUS = 2**31
 
 
 class GoogleBackend(RemoteBackend):
-    """Async client for one Gemini model. One client and semaphore per event loop, as in `OpenAIBackend`."""
+    """Async client for one Gemini model. One client per event loop, as in `OpenAIBackend`."""
 
     kind = "google"
     default_url = "https://generativelanguage.googleapis.com"
@@ -78,7 +78,7 @@ class GoogleBackend(RemoteBackend):
         self.retry_delay_s = retry_delay_s  # first backoff; it doubles per retry (plus jitter)
         self.multi_candidate = True  # turned off once the model refuses candidate_count > 1
 
-    def _open(self) -> tuple[genai.Client, httpx2.AsyncClient, asyncio.Semaphore]:
+    def _open(self) -> tuple[genai.Client, httpx2.AsyncClient]:
         http_client = httpx2.AsyncClient(event_hooks={"request": [self._count_request]})
         options = types.HttpOptions(
             base_url=self.endpoint,
@@ -92,7 +92,7 @@ class GoogleBackend(RemoteBackend):
         )
         # vertexai=False: a GOOGLE_GENAI_USE_VERTEXAI variable must not switch APIs silently.
         client = genai.Client(api_key=self._api_key(), vertexai=False, http_options=options)
-        return client, http_client, asyncio.Semaphore(self.max_concurrency)
+        return client, http_client
 
     async def _close(self, state) -> None:
         await state[1].aclose()  # our HTTP client, so the SDK leaves closing it to us
@@ -137,8 +137,8 @@ class GoogleBackend(RemoteBackend):
         update = {"seed": seed % SEED_MODULUS}
         if count > 1:  # left out otherwise, for models that know nothing of candidate_count
             update["candidate_count"] = count
-        client, _, semaphore = self._loop_state()
-        async with semaphore:
+        client, _ = self._loop_state()
+        async with self._limit().slot():
             try:
                 response = await client.aio.models.generate_content(
                     model=self.model, contents=contents, config=config.model_copy(update=update)

@@ -42,8 +42,8 @@ RETRYABLE_STATUS = {408, 409, 429}
 class OpenAIBackend(RemoteBackend):
     """Async client for one model on an OpenAI-compatible server.
 
-    The client and the concurrency semaphore belong to an event loop, so one is made per loop:
-    the same backend can serve several `asyncio.run` calls (one per shard, say).
+    The client belongs to an event loop, so one is made per loop: the same backend can serve several
+    `asyncio.run` calls (one per shard, say). `max_concurrency` holds for the whole process.
     """
 
     kind = "openai"
@@ -51,7 +51,7 @@ class OpenAIBackend(RemoteBackend):
     vendor_domain = "openai.com"
     default_key_envs = ("OPENAI_API_KEY",)
 
-    def _open(self) -> tuple[openai.AsyncOpenAI, asyncio.Semaphore]:
+    def _open(self) -> tuple[openai.AsyncOpenAI]:
         http_client = openai.DefaultAsyncHttpxClient(event_hooks={"request": [self._count_request]})
         client = openai.AsyncOpenAI(
             api_key=self._api_key(),
@@ -60,7 +60,7 @@ class OpenAIBackend(RemoteBackend):
             max_retries=self.max_retries,
             http_client=http_client,
         )
-        return client, asyncio.Semaphore(self.max_concurrency)
+        return (client,)
 
     async def generate(
         self,
@@ -107,8 +107,8 @@ class OpenAIBackend(RemoteBackend):
             request["response_format"] = response_format
         if params.chat_template_kwargs:  # vLLM and `transformers serve` read it from the request body
             request["extra_body"] = {"chat_template_kwargs": params.chat_template_kwargs}
-        client, semaphore = self._loop_state()
-        async with semaphore:
+        (client,) = self._loop_state()
+        async with self._limit().slot():
             try:
                 completion = await client.chat.completions.create(**request)
             except openai.APITimeoutError as exc:

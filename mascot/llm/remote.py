@@ -1,9 +1,10 @@
-"""What every HTTP backend shares: the API key, per-event-loop clients, counters, pickling.
+"""What every HTTP backend shares: the API key, per-event-loop clients, one concurrency limit, pickling.
 
 The key is read from the environment whenever a client is made and never kept on the object, so
-it cannot reach a repr, a pickle, a log or the request cache. Clients and concurrency semaphores
-belong to one event loop, so one pair is made per loop: the same backend serves several
-`asyncio.run` calls (one per shard) and can be sent to worker processes.
+it cannot reach a repr, a pickle, a log or the request cache. A client belongs to one event loop,
+so one is made per loop: the same backend serves several `asyncio.run` calls (one per shard) and
+can be sent to worker processes. The concurrency limit is not per loop but per process
+(`mascot.llm.limits`): every backend object for the same server and model shares it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from mascot.llm.base import MissingAPIKey
+from mascot.llm.limits import Limit, shared_limit
 from mascot.redaction import redact, redact_url
 
 # Servers other than the vendor's (vLLM, proxies, loopback tests) accept any key; clients insist on one.
@@ -93,8 +95,12 @@ class RemoteBackend:
         self.requests_sent += 1
 
     def _open(self) -> tuple[Any, ...]:
-        """A new client for the running loop, its semaphore last; subclasses build their SDK's client."""
+        """A new client for the running loop; subclasses build their SDK's client."""
         raise NotImplementedError
+
+    def _limit(self) -> Limit:
+        """This server and model's `max_concurrency`, for every shard and thread of the process."""
+        return shared_limit((self.kind, self.endpoint, self.model), self.max_concurrency)
 
     async def _close(self, state: tuple[Any, ...]) -> None:
         await state[0].close()

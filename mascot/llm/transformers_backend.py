@@ -25,6 +25,7 @@ from typing import Any
 
 from mascot.config import SamplingParams
 from mascot.llm.base import MessageLike, check_n, normalize_messages, truncate_at_stop
+from mascot.llm.limits import shared_limit
 from mascot.torch_runtime import MissingTrainExtra, quiet_transformers, require_torch, resolve_device
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,10 @@ class TransformersBackend:
     ) -> list[str]:
         check_n(n)
         chat = normalize_messages(messages)
-        return await asyncio.to_thread(self._generate_blocking, chat, n, params, seed)
+        # Generation is one call at a time anyway (the lock below); queueing for it in order means the
+        # shard that asked first is answered first, as with the HTTP backends' limits.
+        async with shared_limit("transformers.generate", 1).slot():
+            return await asyncio.to_thread(self._generate_blocking, chat, n, params, seed)
 
     def _generate_blocking(self, chat: list[dict], n: int, params: SamplingParams, seed: int) -> list[str]:
         torch = require_torch()

@@ -2,7 +2,7 @@
 
 Both policies answer every held-out (context, persona) prompt with the same request seeds
 (`sample_policies`). Each reply is scored by the Speaker's reward functions exactly as during
-training (`score_replies`) and by the judge panel (`mascot.stage1.steps.judge_shard`). Replies are
+training (`score_replies`) and by the judge panel (`mascot.stage1.judging.judge_shard`). Replies are
 averaged per prompt, and the per-prompt differences (Speaker - base) get a paired bootstrap
 interval (`compare_policies`). The held-out contexts are the ones contexts.parquet marks as held
 out, which neither the reward model nor the Speaker was trained on.

@@ -20,15 +20,23 @@ The rule, in full:
   broken by (chosen_idx, rejected_idx).
 
 Output rows are sorted by query_id, then margin (largest first), then chosen_idx, rejected_idx,
-so the same inputs always give the same file.
+so the same inputs always give the same file. `build_pairs` is the step on artifacts: it applies
+the rule to a run's candidates and judgments and adds the prompt each pair was answered to.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import polars as pl
+
+from mascot.artifacts import Artifact, write_parquet
+from mascot.config import Stage1Config
+from mascot.judges.panel import aggregate_scores, check_failure_rate
+from mascot.prompts import speaker_messages
+from mascot.queries import Queries
 
 SCORE_TOLERANCE = 1e-9
 
@@ -165,3 +173,21 @@ def _check_frame(name: str, frame: pl.DataFrame, required: tuple[str, ...]) -> N
         raise ValueError(
             f"{name} has {duplicated.height} rows with a repeated (query_id, candidate_idx), e.g. {first}"
         )
+
+
+def build_pairs(stage1: Stage1Config, queries: Queries, candidates: Artifact, judgments: Artifact,
+                out: Path) -> Artifact:
+    """Aggregate the panel's scores and keep the candidate pairs whose gap reaches the margin."""
+    judged = judgments.read_parquet()
+    check_failure_rate(judged, stage1.max_judge_failure_rate)
+    scores = aggregate_scores(judged, stage1.aggregation)
+    pairs = build_preference_pairs(candidates.read_parquet(), scores, margin=stage1.margin,
+                                   max_pairs_per_query=stage1.max_pairs_per_query)
+    # The prompt a reward model and the Speaker see: the persona's speaker prompt and the context.
+    paired = set(pairs["query_id"].to_list())
+    queried = [q for q in queries.load() if q.id in paired]
+    prompts = pl.DataFrame(
+        {"query_id": [q.id for q in queried], "prompt": [speaker_messages(q.persona, q.context) for q in queried]},
+        schema={"query_id": pl.String, "prompt": pl.List(pl.Struct({"role": pl.String, "content": pl.String}))},
+    )
+    return write_parquet(pairs.join(prompts, on="query_id", how="left", maintain_order="left"), out)

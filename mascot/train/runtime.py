@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from mascot.artifacts import content_sha256
 from mascot.config import TrainerConfig
 from mascot.torch_runtime import require_torch
+from mascot.tracking import active_run
 
 # TRL 1.16 itself still uses transformers' deprecated `gradient_checkpointing` names; the warning
 # concerns TRL's code, not anything a user of this project can change.
@@ -72,11 +73,7 @@ def wandb_callbacks(prefix: str) -> list:
     Without a prefix the reward model's and the Speaker's `loss`, `learning_rate`, ... would land
     on the same charts. Returns no callback when there is no active run.
     """
-    try:
-        import wandb
-    except ImportError:
-        return []
-    if wandb.run is None:
+    if active_run() is None:
         return []
     from transformers.integrations import WandbCallback
 

@@ -25,8 +25,8 @@ from mascot.judges.panel import PanelSpec
 from mascot.queries import Queries, context_ids
 from mascot.roster import load_roster
 from mascot.stage1.before_after import compare_policies, sample_policies, score_replies
+from mascot.stage1.judging import judge_shard
 from mascot.stage1.speaker import train_speaker
-from mascot.stage1.steps import judge_shard
 from mascot.train.reward_model import train_reward_model
 from mascot.train.runtime import Resume
 from mascot.train.tiny import resolve_tiny_models
@@ -69,13 +69,14 @@ def test_reward_model_speaker_and_comparison_load_back(pairs_run, tiny_models):
     roster = load_roster(config.data.roster)
     queries = Queries(contexts=contexts, roster=roster)
 
-    with tracking.wandb_run(config, "library") as wandb_run:  # as the flow does: the trainers log into it
+    with tracking.wandb_run(config, "library"):  # as the flow does: the trainers log into it
+        wandb_dir = Path(tracking.active_run().dir)
         resolved = resolve_tiny_models(config)
         rm = train_reward_model(resolved.train.persona_rm, pairs, contexts, run / "stage1" / "persona_rm",
                                 group_by="persona", name="persona_rm")
         speaker = train_speaker(resolved.train.speaker, queries, rm, run / "stage1" / "speaker")
     # Offline wandb keeps its records in one binary log, where metric names are plain bytes.
-    record = next(Path(wandb_run.dir).parent.glob("run-*.wandb")).read_bytes()
+    record = next(wandb_dir.parent.glob("run-*.wandb")).read_bytes()
     assert b"train/persona_rm/loss" in record and b"train/speaker/rewards/persona_rm/mean" in record
 
     reward_model = AutoModelForSequenceClassification.from_pretrained(rm.path)

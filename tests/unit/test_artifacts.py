@@ -9,7 +9,17 @@ from types import SimpleNamespace
 import polars as pl
 import pytest
 
-from mascot.artifacts import Artifact, RunDir, atomic_dir, dir_artifact, write_json, write_parquet
+from mascot.artifacts import (
+    Artifact,
+    ArtifactChanged,
+    RunDir,
+    atomic_dir,
+    dir_artifact,
+    keyed_path,
+    unkeyed_path,
+    write_json,
+    write_parquet,
+)
 from mascot.rubrics import load_rubric
 from tasks.caching import artifact_cache_key
 
@@ -37,11 +47,34 @@ def test_write_parquet_is_atomic_and_hashed(tmp_path):
 def test_changed_or_missing_artifacts_are_refused(tmp_path):
     artifact = write_json({"x": 1}, tmp_path / "a.json")
     artifact.path.write_text('{"x": 2}')
-    with pytest.raises(ValueError, match="changed since it was written"):
+    with pytest.raises(ArtifactChanged, match="changed after the step that wrote it ran.*--refresh"):
         artifact.verified()
     artifact.path.unlink()
-    with pytest.raises(FileNotFoundError, match="is missing"):
+    with pytest.raises(ArtifactChanged, match="is missing.*--refresh"):
         artifact.verified()
+
+
+def test_step_outputs_are_named_by_key_and_linked_from_the_contract_names(tmp_path, tiny_config):
+    run = RunDir(tmp_path / "run")
+    contract = run.path("stage1", "pairs.parquet")
+    first, second = keyed_path(contract, "a" * 64), keyed_path(contract, "b" * 64)
+    assert first == run.path("stage1", "steps", f"pairs-{'a' * 16}.parquet") and unkeyed_path(first) == contract
+    assert unkeyed_path(contract) == contract, "a path that is not a step output stands for itself"
+    one = write_parquet(pl.DataFrame({"a": [1]}), first)
+    two = write_parquet(pl.DataFrame({"a": [2]}), second)
+    run.record({"stage1/pairs": two})
+    assert contract.is_symlink() and pl.read_parquet(contract)["a"].to_list() == [2]
+    run.record({"stage1/pairs": one})  # a rerun that hits the first key's cache points the name back
+    assert pl.read_parquet(contract)["a"].to_list() == [1] and two.read_parquet()["a"].to_list() == [2]
+    recorded = json.loads(run.manifest.read_text())["artifacts"]["stage1/pairs"]
+    assert recorded == {"path": "stage1/pairs.parquet", "sha256": one.sha256, "file": f"stage1/steps/{first.name}"}
+
+    model = run.path("stage1", "persona_rm")  # a folder left by an older layout is replaced by the link
+    (model / "old").mkdir(parents=True)
+    folder = keyed_path(model, "c" * 64)
+    (folder / "weights").mkdir(parents=True)
+    run.record({"stage1/persona_rm": dir_artifact(folder)})
+    assert model.is_symlink() and (model / "weights").is_dir() and not (model / "old").exists()
 
 
 def test_manifest_records_config_and_concurrent_artifacts(tmp_path, tiny_config):
@@ -89,11 +122,11 @@ def test_a_folder_artifact_hashes_names_and_contents(tmp_path):
     artifact = dir_artifact(out)
     assert artifact.verified() == out
     (out / "weights" / "a.bin").write_bytes(b"\x00\x02")
-    with pytest.raises(ValueError, match="changed since it was written"):
+    with pytest.raises(ArtifactChanged, match="changed after the step that wrote it ran"):
         artifact.verified()
     (out / "weights" / "a.bin").write_bytes(b"\x00\x01")
     (out / "weights" / "a.bin").rename(out / "weights" / "b.bin")  # same bytes, other name
-    with pytest.raises(ValueError, match="changed since it was written"):
+    with pytest.raises(ArtifactChanged, match="changed after the step that wrote it ran"):
         artifact.verified()
 
 

@@ -62,7 +62,7 @@ def _depends(prefix: str, on: tuple[str, ...]) -> list[str]:
 
 
 def test_the_graph_is_read():
-    assert len(MODULES) > 40 and "mascot.config.run" in MODULES and "mascot.stage1.steps" in MODULES
+    assert len(MODULES) > 40 and "mascot.config.run" in MODULES and "mascot.stage1.judging" in MODULES
     assert "mascot.config.base" in GRAPH["mascot.config.run"] and "mascot.config" in GRAPH["mascot.judges.panel"]
 
 
