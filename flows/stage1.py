@@ -25,7 +25,9 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from mascot import tracking
 from mascot.artifacts import Artifact, RunDir
 from mascot.config import load_config
+from mascot.judges.panel import PanelSpec
 from mascot.queries import Queries
+from mascot.roster import load_roster
 from mascot.train.tiny import resolve_tiny_models
 from tasks import stage1 as steps
 from tasks.tracking import report_stage1
@@ -55,13 +57,13 @@ def stage1(config_path: str, run_name: str | None = None, until: Until = "speake
     # of a refreshed one are refreshed too, so none can return a result that names a replaced file.
     cache = {PREFECT_LOCAL_STORAGE_PATH: run.prefect_results, PREFECT_TASKS_REFRESH_CACHE: refresh}
 
-    with temporary_settings(updates=cache), \
-            tracking.wandb_run(config, "stage1"):
-        config = resolve_tiny_models(config)  # built once, here; every step gets loadable folders
+    with temporary_settings(updates=cache):
+        # Built once, here, so that every step gets loadable folders; trainers' models only when training.
+        config = resolve_tiny_models(config, trainers=until != "pairs")
         seed, requests, train = config.run.seed, config.cache.requests, config.train
-        panel = steps.load_panel(config.stage1)
+        panel = PanelSpec.load(config.stage1.judges, config.stage1.rubric)
         contexts = steps.write_contexts(config.data, seed, run.path("stage1", "contexts.parquet"))
-        queries = Queries(contexts=contexts, roster=steps.load_roster(config.data.roster))
+        queries = Queries(contexts=contexts, roster=load_roster(config.data.roster))
         sampled, judged = [], []
         for index, shard in enumerate(queries.shards(config.stage1.shard_size)):
             replies = steps.sample_candidates.submit(config.generation, config.stage1.k, seed, shard, requests,
@@ -69,30 +71,37 @@ def stage1(config_path: str, run_name: str | None = None, until: Until = "speake
             sampled.append(replies)
             judged.append(steps.judge_candidates.submit(panel, seed, shard, replies, requests,
                                                         run.shard("stage1", "judgments", index)))
-        candidates = steps.merge_shards(sampled, run.path("stage1", "candidates.parquet"))
-        judgments = steps.merge_shards(judged, run.path("stage1", "judgments.parquet"))
-        pairs = steps.build_pairs(config.stage1, queries, candidates, judgments, run.path("stage1", "pairs.parquet"))
-        artifacts = {"stage1/contexts": contexts, "stage1/candidates": candidates, "stage1/judgments": judgments,
-                     "stage1/pairs": pairs}
-        run.record(artifacts)
+        # wandb starts (in the background) once the first shard is sampled: its second of imports would
+        # otherwise compete with the shards' start. A run whose first shard was cached starts it only if
+        # something logs: a rerun that computes nothing leaves no empty wandb run behind.
+        sampled[0].wait()
+        with tracking.wandb_run(config, "stage1", start=sampled[0].state.name != "Cached"):
+            candidates = steps.merge_shards(sampled, run.path("stage1", "candidates.parquet"))
+            judgments = steps.merge_shards(judged, run.path("stage1", "judgments.parquet"))
+            pairs = steps.build_pairs(config.stage1, queries, candidates, judgments,
+                                      run.path("stage1", "pairs.parquet"))
+            artifacts = {"stage1/contexts": contexts, "stage1/candidates": candidates, "stage1/judgments": judgments,
+                         "stage1/pairs": pairs}
+            run.record(artifacts)
 
-        if until in ("persona_rm", "speaker"):
-            artifacts["stage1/persona_rm"] = persona_rm = steps.train_persona_rm(
-                train.persona_rm, pairs, contexts, run.path("stage1", "persona_rm"))
+            if until in ("persona_rm", "speaker"):
+                artifacts["stage1/persona_rm"] = persona_rm = steps.train_persona_rm(
+                    train.persona_rm, pairs, contexts, run.path("stage1", "persona_rm"))
+                run.record(artifacts)
+            if until == "speaker":
+                artifacts["stage1/speaker"] = speaker = steps.train_speaker(
+                    train.speaker, queries, persona_rm, run.path("stage1", "speaker"))
+                run.record(artifacts)
+                held_out = queries.held_out()
+                samples = steps.sample_policies(train.speaker, train.before_after, held_out, speaker, requests,
+                                                run.path("stage1", "speaker_eval-samples.parquet"))
+                scored = steps.score_replies(train.speaker, held_out, persona_rm, samples,
+                                             run.path("stage1", "speaker_eval-scored.parquet"))
+                judged_samples = steps.judge_candidates(panel, seed, held_out, samples, requests,
+                                                        run.path("stage1", "speaker_eval-judgments.parquet"))
+                artifacts["stage1/speaker_eval"] = steps.compare_policies(
+                    train.before_after, seed, scored, judged_samples, run.path("stage1", "speaker_eval"))
+            artifacts |= report_stage1(config.run.name, panel.rubric, artifacts, requests,
+                                       run.path("stage1", "report"))
             run.record(artifacts)
-        if until == "speaker":
-            artifacts["stage1/speaker"] = speaker = steps.train_speaker(
-                train.speaker, queries, persona_rm, run.path("stage1", "speaker"))
-            run.record(artifacts)
-            held_out = queries.held_out()
-            samples = steps.sample_policies(train.speaker, train.before_after, held_out, speaker, requests,
-                                              run.path("stage1", "speaker_eval-samples.parquet"))
-            scored = steps.score_replies(train.speaker, held_out, persona_rm, samples,
-                                           run.path("stage1", "speaker_eval-scored.parquet"))
-            judged_samples = steps.judge_candidates(panel, seed, held_out, samples, requests,
-                                                      run.path("stage1", "speaker_eval-judgments.parquet"))
-            artifacts["stage1/speaker_eval"] = steps.compare_policies(
-                train.before_after, seed, scored, judged_samples, run.path("stage1", "speaker_eval"))
-        artifacts |= report_stage1(config.run.name, panel.rubric, artifacts, requests, run.path("stage1"))
-        run.record(artifacts)
     return artifacts

@@ -15,7 +15,6 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -123,24 +122,14 @@ def atomic_dir(path: Path) -> Iterator[Path]:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-KEYED_NAME = re.compile(r"(?P<name>.+)-[0-9a-f]{16}$")
-
-
 def keyed_path(out: Path, key: str) -> Path:
     """Where a cached step writes `out` (`<stage>/pairs.parquet`): `<stage>/steps/pairs-<key[:16]>.parquet`."""
     return out.parent / "steps" / f"{out.stem}-{key[:16]}{out.suffix}"
 
 
-def unkeyed_path(path: Path) -> Path:
-    """The contract path a step output stands for: the inverse of `keyed_path` (other paths are returned as is)."""
-    match = KEYED_NAME.fullmatch(path.stem)
-    if path.parent.name != "steps" or match is None:
-        return path
-    return path.parent.parent / f"{match['name']}{path.suffix}"
-
-
 def link(path: Path, target: Path) -> None:
     """Make `path` a relative symlink to `target`, atomically; whatever was at `path` goes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.link")
     with contextlib.suppress(FileNotFoundError):
         temporary.unlink()
@@ -199,13 +188,17 @@ class RunDir:
         """Prefect's persisted task results: inside the run, so deleting a run also drops its cache."""
         return self.root / ".prefect-results"
 
+    def contract_path(self, name: str, artifact: Artifact) -> Path:
+        """Where the contract puts artifact `name` ("stage1/pairs"): `<run>/stage1/pairs.parquet`."""
+        return self.root / f"{name}{artifact.path.suffix}"
+
     def record(self, artifacts: dict[str, Artifact]) -> None:
         """Link each artifact's contract path to it, and add its hash to the manifest (safe against
         concurrent writers)."""
         with self._locked_manifest() as manifest:
             recorded = manifest.setdefault("artifacts", {})
             for name, artifact in artifacts.items():
-                contract = unkeyed_path(artifact.path)
+                contract = self.contract_path(name, artifact)
                 if contract != artifact.path:
                     link(contract, artifact.path)
                 recorded[name] = {"path": str(contract.relative_to(self.root)), "sha256": artifact.sha256,

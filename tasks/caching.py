@@ -55,3 +55,7 @@ def keyed(out: Path) -> Path:
     if context is None:
         raise RuntimeError("keyed() names a task's output by its cache key, so it must run inside a task")
     return keyed_path(out, artifact_cache_key(context, context.parameters))
+
+
+# The options of every cached task: its key, and its result (paths and hashes) kept on disk.
+CACHED = {"cache_key_fn": artifact_cache_key, "persist_result": True}

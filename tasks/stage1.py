@@ -26,14 +26,11 @@ from mascot.config import (
 from mascot.data import contexts as contexts_io
 from mascot.judges.panel import PanelSpec
 from mascot.queries import Queries
-from mascot.roster import Roster
-from mascot.roster import load_roster as read_roster
 from mascot.stage1 import before_after, candidates, judging, pairs, speaker
 from mascot.train.reward_model import train_reward_model
 from mascot.train.runtime import TrainingSetupError
-from tasks.caching import artifact_cache_key, keyed
+from tasks.caching import CACHED, keyed
 
-CACHED = {"cache_key_fn": artifact_cache_key, "persist_result": True}
 LLM_RETRIES = {"retries": 3, "retry_delay_seconds": exponential_backoff(backoff_factor=5)}
 
 
@@ -44,16 +41,6 @@ def _not_a_setup_error(task, task_run, state) -> bool:
 
 # A retried training task resumes from its last checkpoint rather than starting over.
 TRAINING_RETRIES = {"retries": 1, "retry_delay_seconds": 5, "retry_condition_fn": _not_a_setup_error}
-
-
-@task
-def load_roster(path: Path) -> Roster:
-    return read_roster(path)
-
-
-@task
-def load_panel(stage1: Stage1Config) -> PanelSpec:
-    return PanelSpec.load(stage1.judges, stage1.rubric)
 
 
 @task

@@ -1,4 +1,8 @@
-"""Reporting tasks: the run's summary and report (files and wandb), published as Prefect artifacts."""
+"""Reporting tasks: the run's summary and report (files and wandb), published as Prefect artifacts.
+
+The report is cached like the steps it reports on: a rerun that changed nothing writes, logs and
+publishes nothing new.
+"""
 
 from __future__ import annotations
 
@@ -12,12 +16,14 @@ from mascot.artifacts import Artifact
 from mascot.llm import shared_cache
 from mascot.rubrics import Rubric
 from mascot.stage1 import report
+from tasks.caching import CACHED, keyed
 
 
-@task
+@task(**CACHED)
 def report_stage1(run_name: str, rubric: Rubric, artifacts: dict[str, Artifact], requests: Path,
                   out: Path) -> dict[str, Artifact]:
-    summary, written = report.write_report(rubric, artifacts, shared_cache(requests).stats().as_dict(), out)
+    stats = shared_cache(requests).stats().as_dict()
+    summary, written = report.write_report(rubric, artifacts, stats, keyed(out))
     key = f"{run_name}-stage1".lower().replace("_", "-").replace(".", "-")
     if "stage1/reward_curve" in written:
         curve = written["stage1/reward_curve"].path

@@ -25,6 +25,7 @@ from mascot.llm.cache import (
     shared_cache,
 )
 from mascot.llm.factory import make_backend
+from mascot.llm.limits import request_batch
 from mascot.torch_runtime import MissingTrainExtra
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "describe_request",
     "make_backend",
     "normalize_messages",
+    "request_batch",
     "request_key",
     "shared_cache",
 ]

@@ -5,21 +5,39 @@ An `asyncio.Semaphore` per loop would let every shard send `max_concurrency` req
 would see that number times the shards in flight. A `Limit` hands out the slots of one limit across
 all loops instead: the configured number is the number of requests in flight for the whole run.
 
-Slots go first come, first served. Shards are started in order, so the first shard's requests are
-answered first and it can be judged while later shards still sample.
+Slots go first come, first served, by batch: the requests made inside one `request_batch()` block
+(one shard's) queue behind those of every batch that began earlier, however the threads of
+several shards interleave. So the first shard to start is answered first, and it can be judged
+while later shards still sample, instead of every shard finishing at the very end.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import threading
-from collections import deque
-from collections.abc import AsyncIterator, Hashable
+import time
+from collections.abc import AsyncIterator, Hashable, Iterator
+from contextvars import ContextVar
+
+# When the batch of the running code began; requests outside any batch are a batch of their own.
+_batch_began: ContextVar[float | None] = ContextVar("batch_began", default=None)
+
+
+@contextlib.contextmanager
+def request_batch() -> Iterator[None]:
+    """Requests made in this block (and in the event loops it runs) queue as one batch, in order of its start."""
+    token = _batch_began.set(time.monotonic())
+    try:
+        yield
+    finally:
+        _batch_began.reset(token)
 
 
 class Limit:
-    """At most `size` holders at once, across threads and event loops; waiters are served in order."""
+    """At most `size` holders at once, across threads and event loops; waiters are served by batch, then in order."""
 
     def __init__(self, size: int):
         if size < 1:
@@ -27,7 +45,8 @@ class Limit:
         self.size = size
         self._lock = threading.Lock()
         self._held = 0
-        self._waiting: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = deque()
+        self._order = itertools.count()
+        self._waiting: list[tuple[float, int, asyncio.AbstractEventLoop, asyncio.Future]] = []  # a heap
 
     @property
     def held(self) -> int:
@@ -35,19 +54,21 @@ class Limit:
 
     async def acquire(self) -> None:
         loop = asyncio.get_running_loop()
+        began = _batch_began.get()
         with self._lock:
             if self._held < self.size and not self._waiting:
                 self._held += 1
                 return
-            waiter = (loop, loop.create_future())
-            self._waiting.append(waiter)
+            waiter = (time.monotonic() if began is None else began, next(self._order), loop, loop.create_future())
+            heapq.heappush(self._waiting, waiter)
         try:
-            await waiter[1]
+            await waiter[3]
         except asyncio.CancelledError:
             with self._lock:
                 queued = waiter in self._waiting
                 if queued:
                     self._waiting.remove(waiter)
+                    heapq.heapify(self._waiting)
             if not queued:  # release() had already handed this waiter the slot: pass it on
                 self.release()
             raise
@@ -55,7 +76,7 @@ class Limit:
     def release(self) -> None:
         with self._lock:
             while self._waiting:
-                loop, future = self._waiting.popleft()
+                *_, loop, future = heapq.heappop(self._waiting)
                 try:  # the slot passes straight to the next waiter, so `_held` stays the same
                     loop.call_soon_threadsafe(_wake, future)
                     return

@@ -28,7 +28,7 @@ TRAINING_METRICS = {"persona_rm": "stage1/persona_rm", "speaker": "stage1/speake
 
 def write_report(rubric: Rubric, artifacts: dict[str, Artifact], cache: dict[str, float],
                  out: Path) -> tuple[dict[str, Any], dict[str, Artifact]]:
-    """The summary of a run's Stage 1 artifacts, written to `out` (the stage's folder) as summary.json,
+    """The summary of a run's Stage 1 artifacts, written to the folder `out` as summary.json,
     report.md and, once the Speaker is trained, reward_curve.png, and logged to the active wandb run.
     Returns the summary and the files."""
     frames = {name: artifacts[f"stage1/{name}"].read_parquet()

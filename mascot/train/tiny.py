@@ -96,14 +96,16 @@ def build_tiny_models(spec: TinyModelSpec, cache_root: str | Path, progress: boo
     return models
 
 
-def resolve_tiny_models(config: RunConfig, progress: bool = True) -> RunConfig:
+def resolve_tiny_models(config: RunConfig, progress: bool = True, *, trainers: bool = True) -> RunConfig:
     """A copy of `config` in which every `tiny:` model reference names its built folder.
 
     The tiny models are built (or found in the cache) once, here, so that every step downstream gets
     a model `from_pretrained` can load. A judge keeps its label: one without a `name` was labelled by
-    its model reference, and judgments.parquet must not change with where the cache lives.
+    its model reference, and judgments.parquet must not change with where the cache lives. With
+    `trainers=False` (a run that trains nothing) the trainers' references are left as they are, so
+    a data-only run on HTTP backends builds nothing and never imports torch.
     """
-    refs = config.model_refs()
+    refs = {loc: ref for loc, ref in config.model_refs().items() if trainers or loc[0] != "train"}
     if not any(ref in TINY_MODELS for ref in refs.values()):
         return config
     assert config.tiny is not None  # RunConfig validation guarantees it

@@ -68,7 +68,7 @@ def _wait_until_healthy(server: subprocess.Popen, health_url: str, log: ServerLo
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:
         if server.poll() is not None:
-            pytest.fail(f"transformers serve exited with code {server.returncode}; its log:\n{log.text()[-4000:]}")
+            pytest.fail(f"{server.args[0]} exited with code {server.returncode}; its log:\n{log.text()[-4000:]}")
         try:
             with urllib.request.urlopen(health_url, timeout=2) as response:
                 if response.status == 200:
@@ -76,7 +76,35 @@ def _wait_until_healthy(server: subprocess.Popen, health_url: str, log: ServerLo
         except OSError:
             pass
         time.sleep(0.25)
-    pytest.fail(f"transformers serve did not answer {health_url} within {STARTUP_TIMEOUT_S} s; "
+    pytest.fail(f"{server.args[0]} did not answer {health_url} within {STARTUP_TIMEOUT_S} s; "
                 f"its log:\n{log.text()[-4000:]}")
 
 
+
+
+@pytest.fixture(scope="session")
+def prefect_api(tmp_path_factory):
+    """`prefect server start` on a free loopback port, with a home of its own; yields its API URL.
+
+    Flows started with PREFECT_API_URL set to it skip the temporary server's start-up, as a user
+    who keeps a server running does.
+    """
+    home = tmp_path_factory.mktemp("prefect-server")
+    port = free_port()
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)
+    log = ServerLog(home / "server.log")
+    command = [str(Path(sys.executable).parent / "prefect"), "server", "start", "--host", "127.0.0.1",
+               "--port", str(port), "--no-ui"]
+    with log.path.open("wb") as log_file:
+        server = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+    try:
+        _wait_until_healthy(server, f"http://127.0.0.1:{port}/api/health", log)
+        yield f"http://127.0.0.1:{port}/api"
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=15)

@@ -1,0 +1,114 @@
+"""Which Prefect server a `mascot run` reports to: the one at PREFECT_API_URL, or a temporary one.
+
+Without PREFECT_API_URL, Prefect starts a temporary server itself once the flow begins. It imports
+its whole server package to do so (1.7 s and 100 MB in our process), and only then starts the
+server, which takes seconds more. `prefect_server` starts the same server the same way (the command
+and variables of Prefect's `SubprocessASGIServer`), before this process imports Prefect: the
+server's start-up overlaps ours on another core, and our process never loads the server's code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from mascot.redaction import redact_url
+
+# A small machine needs longer than Prefect's default to start the server (and to create its database).
+STARTUP_TIMEOUT_S = float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "60"))
+KEEP_ONE_RUNNING = ("keep one running with `prefect server start --background` and set PREFECT_API_URL "
+                    "to its address (see docs/cli.md)")
+
+
+class PrefectServerError(RuntimeError):
+    pass
+
+
+@dataclass
+class PrefectServer:
+    url: str
+    temporary: bool
+    process: subprocess.Popen | None = None
+
+    def wait(self) -> None:
+        """Until the server answers; a temporary one may still be starting."""
+        deadline = time.monotonic() + (STARTUP_TIMEOUT_S if self.temporary else 5)
+        while not _answers(self.url):
+            if not self.temporary:
+                raise PrefectServerError(
+                    f"PREFECT_API_URL is {redact_url(self.url)}, but no Prefect server answers there. Start one "
+                    "with `prefect server start --background`, or unset PREFECT_API_URL to use a temporary one.")
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise PrefectServerError(
+                    f"the temporary Prefect server did not start within {STARTUP_TIMEOUT_S:g} s (exit code "
+                    f"{self.process.poll()}). Raise PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, or "
+                    f"{KEEP_ONE_RUNNING}.")
+            time.sleep(0.1)
+
+    def describe(self) -> str:
+        if self.temporary:
+            return (f"Prefect server: a temporary one at {self.url}, for this run only (its start-up costs "
+                    f"seconds; to skip it, {KEEP_ONE_RUNNING})")
+        return f"Prefect server: {redact_url(self.url)} (PREFECT_API_URL)"
+
+
+@contextlib.contextmanager
+def prefect_server() -> Iterator[PrefectServer]:
+    """The server to report to; a temporary one is started now and stopped when the block ends.
+
+    Call it before anything imports Prefect: it sets PREFECT_API_URL for this process.
+    """
+    url = os.environ.get("PREFECT_API_URL") or _profile_api_url()
+    if url:
+        yield PrefectServer(url, temporary=False)
+        return
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = PrefectServer(f"http://127.0.0.1:{port}/api", temporary=True)
+    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+    server.process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app", "--host",
+         "127.0.0.1", "--port", str(port), "--log-level", "error", "--lifespan", "on"],
+        env=env, stdin=subprocess.DEVNULL)
+    os.environ["PREFECT_API_URL"] = server.url
+    try:
+        yield server
+    finally:
+        del os.environ["PREFECT_API_URL"]
+        server.process.terminate()  # its database stays in PREFECT_HOME, as Prefect's own temporary server's does
+        try:
+            server.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.process.kill()
+            server.process.wait()
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def _profile_api_url() -> str | None:
+    """PREFECT_API_URL from the active Prefect profile (`prefect config set`), read without importing Prefect."""
+    home = Path(os.environ.get("PREFECT_HOME", "~/.prefect")).expanduser()
+    path = Path(os.environ.get("PREFECT_PROFILES_PATH", home / "profiles.toml")).expanduser()
+    try:
+        profiles = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    active = os.environ.get("PREFECT_PROFILE") or profiles.get("active") or "ephemeral"
+    url = profiles.get("profiles", {}).get(active, {}).get("PREFECT_API_URL")
+    return url if isinstance(url, str) and url else None

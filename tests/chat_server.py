@@ -1,0 +1,170 @@
+"""A simulated OpenAI-compatible chat server: reproducible completions, decode-like latency, counters.
+
+    python tests/chat_server.py --port 8123 [--host 127.0.0.1] [--seconds-per-token 0.03] [--model NAME]
+
+It stands in for a vLLM server where a benchmark (benchmarks/overhead.py) and the tests need one
+that costs no GPU. Three things make it useful there:
+
+- Reproducible: choice `i` of a request is `max_tokens` words drawn from a fixed vocabulary, seeded
+  by sha256 of the canonical JSON of (messages, seed, i, temperature, top_p, max_tokens). The same
+  request always gets the same completions, in any process, so two clients that send the same
+  requests can be compared text for text. Like vLLM, it honours `n`.
+- Decode-like latency: every request sleeps `max_tokens * seconds_per_token` once before
+  answering, whatever `n` is (a batched decode), without blocking the event loop, so any number of
+  requests can be in flight at once and the client's concurrency decides the wall time.
+- Counting: `GET /stats` says how many requests came, how many are in flight now and at most, when
+  the first arrived and the last was answered (time.time()), and how many repeated an earlier
+  request's body exactly. `POST /stats/reset` zeroes it all. One event loop serves every request,
+  so the counters are exact without locks.
+
+Other endpoints: `GET /health` and `GET /v1/models`. Importable from tests (`from chat_server
+import make_app`) and served with tests/loopback_servers.serve.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import random
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+DEFAULT_MODEL = "sim-chat"
+DEFAULT_MAX_TOKENS = 16
+_WORDS = """
+    about above across after again air all almost along also always among animal answer any around ask
+    away back because become before begin behind believe best better between big body book both bring
+    build call calm can care carry change child city clear close cold come could country course dark day
+    deep different door down draw during early earth easy enough even evening every eye face fact family
+    far feel few field find fire first follow food friend full garden give glad good great green ground
+    group grow half hand happy hard head hear heart help here high hold home hope house idea important
+    keep kind know land large last late laugh learn leave letter life light line listen little live long
+    look make many mean mind moment morning move much music name near need never new next night north
+    open order other over own paper part people picture place plan play point quiet rain ready real
+    remember rest right river road room round run same say school sea second see seem sense shape short
+    show side simple since small soft some song soon sound speak spring stand start stay step still stone
+    story strong study summer sun sure table take talk tell thing think through time today together tree
+    true turn under until voice wait walk warm watch water way weather week well while whole wind window
+    word work world write year young
+"""
+VOCABULARY = tuple(_WORDS.split())
+
+
+def completion_text(messages: object, seed: object, index: int, temperature: object, top_p: object,
+                    max_tokens: int) -> str:
+    """Choice `index` of a request: `max_tokens` vocabulary words, the same for the same inputs."""
+    key = json.dumps([messages, seed, index, temperature, top_p, max_tokens], sort_keys=True,
+                     separators=(",", ":"), ensure_ascii=False)
+    rng = random.Random(int.from_bytes(hashlib.sha256(key.encode()).digest(), "big"))
+    return " ".join(rng.choice(VOCABULARY) for _ in range(max_tokens))
+
+
+@dataclass
+class Stats:
+    requests: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0
+    first_request_at: float | None = None
+    last_response_at: float | None = None
+    repeated: int = 0
+    seen: set[str] = field(default_factory=set)
+
+    def report(self) -> dict:
+        return {key: value for key, value in asdict(self).items() if key != "seen"}
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": "invalid_request_error"}}, status_code=status)
+
+
+def make_app(model: str = DEFAULT_MODEL, seconds_per_token: float = 0.03) -> FastAPI:
+    """The server's app; its counters are `app.state.stats`."""
+    app = FastAPI(title="simulated chat server")
+    app.state.stats = Stats()
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "simulated"}]}
+
+    @app.get("/stats")
+    async def stats() -> dict:
+        return app.state.stats.report()
+
+    @app.post("/stats/reset")
+    async def reset() -> dict:
+        app.state.stats = Stats()
+        return app.state.stats.report()
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> JSONResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "the body is not JSON")
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
+            return _error(400, "expected a JSON object with a non-empty 'messages' list")
+        n = body.get("n") or 1
+        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_TOKENS
+        if not isinstance(n, int) or n < 1 or not isinstance(max_tokens, int) or max_tokens < 1:
+            return _error(400, f"'n' and 'max_tokens' must be positive integers, got {n!r} and {max_tokens!r}")
+
+        stats = app.state.stats  # a reset while this request is in flight does not count it in the new stats
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        stats.repeated += canonical in stats.seen
+        stats.seen.add(canonical)
+        stats.requests += 1
+        stats.in_flight += 1
+        stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
+        if stats.first_request_at is None:
+            stats.first_request_at = time.time()
+        try:
+            await asyncio.sleep(max_tokens * seconds_per_token)  # one batched decode for all n choices
+            messages, seed = body["messages"], body.get("seed")
+            temperature, top_p = body.get("temperature"), body.get("top_p")
+            choices = [
+                {"index": i, "finish_reason": "length", "logprobs": None,
+                 "message": {"role": "assistant", "content": completion_text(messages, seed, i, temperature, top_p,
+                                                                             max_tokens)}}
+                for i in range(n)
+            ]
+            prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages if isinstance(m, dict))
+            return JSONResponse({
+                "id": f"chatcmpl-{uuid.uuid4().hex}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model") or model,
+                "choices": choices,
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n * max_tokens,
+                          "total_tokens": prompt_tokens + n * max_tokens},
+            })
+        finally:
+            stats.in_flight -= 1
+            stats.last_response_at = time.time()
+
+    return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, required=True, help="port to listen on")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--seconds-per-token", type=float, default=0.03, help="simulated decode time per token")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="the served model name")
+    args = parser.parse_args()
+    app = make_app(args.model, args.seconds_per_token)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":
+    main()
