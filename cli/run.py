@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 from enum import Enum
 from typing import Annotated
 
@@ -60,6 +61,7 @@ def run_stage1(
         from mascot.artifacts import ArtifactChanged, RunDir
         from mascot.judges.panel import JudgeFailureRateExceeded
         from mascot.llm import BackendError
+        from mascot.llm.factory import preload
         from mascot.train.runtime import TrainingSetupError
 
         try:
@@ -67,6 +69,8 @@ def run_stage1(
         except PrefectServerError as exc:
             fail(str(exc))
         console.print(server.describe(), highlight=False, soft_wrap=True)
+        # The backend's SDK loads while Prefect sets the flow run up, rather than before the first request.
+        threading.Thread(target=preload, args=(loaded.generation,), daemon=True).start()
         try:
             artifacts = stage1(str(config), run_name=run_name, until=until.value, refresh=refresh)
         except (JudgeFailureRateExceeded, BackendError, TrainingSetupError, ArtifactChanged) as exc:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
+
 from mascot.config import BackendConfig
 from mascot.llm.base import BackendError, LLMBackend
 from mascot.llm.cache import CachedBackend, RequestCache
 
 VENDOR_KINDS = ("anthropic", "google")
+BACKEND_MODULES = {"openai": "mascot.llm.openai_backend", "anthropic": "mascot.llm.anthropic_backend",
+                   "google": "mascot.llm.google_backend", "transformers": "mascot.llm.transformers_backend"}
 # Without `api_key_env`, each backend reads its vendor's usual variable: OPENAI_API_KEY,
 # ANTHROPIC_API_KEY, or GOOGLE_API_KEY then GEMINI_API_KEY.
 
@@ -58,3 +62,9 @@ def _vendor_backend(config: BackendConfig) -> LLMBackend:
     from mascot.llm.google_backend import GoogleBackend
 
     return GoogleBackend(config.model, **options)
+
+
+def preload(config: BackendConfig) -> None:
+    """Import the module (and SDK) that `make_backend(config)` will use: the openai SDK alone takes half a
+    second, which a caller can spend while it waits on something else rather than before the first request."""
+    importlib.import_module(BACKEND_MODULES[config.kind])
