@@ -9,7 +9,7 @@ server's start-up overlaps ours on another core, and our process never loads the
 
 from __future__ import annotations
 
-import contextlib
+import atexit
 import os
 import socket
 import subprocess
@@ -17,7 +17,6 @@ import sys
 import time
 import tomllib
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +53,17 @@ class PrefectServer:
                     f"{KEEP_ONE_RUNNING}.")
             time.sleep(0.1)
 
+    def stop(self) -> None:
+        """Stop a temporary server; its database stays in PREFECT_HOME, as Prefect's own temporary server's does."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
     def describe(self) -> str:
         if self.temporary:
             return (f"Prefect server: a temporary one at {self.url}, for this run only (its start-up costs "
@@ -61,16 +71,15 @@ class PrefectServer:
         return f"Prefect server: {redact_url(self.url)} (PREFECT_API_URL)"
 
 
-@contextlib.contextmanager
-def prefect_server() -> Iterator[PrefectServer]:
-    """The server to report to; a temporary one is started now and stopped when the block ends.
+def prefect_server() -> PrefectServer:
+    """The server to report to. A temporary one is started now, and stopped when the process exits.
 
-    Call it before anything imports Prefect: it sets PREFECT_API_URL for this process.
+    Call it before anything imports Prefect: it sets PREFECT_API_URL for this process. The stop waits
+    for Python's exit, after Prefect's own exit hooks, which still send the run's last logs and events.
     """
     url = os.environ.get("PREFECT_API_URL") or _profile_api_url()
     if url:
-        yield PrefectServer(url, temporary=False)
-        return
+        return PrefectServer(url, temporary=False)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -80,17 +89,9 @@ def prefect_server() -> Iterator[PrefectServer]:
         [sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app", "--host",
          "127.0.0.1", "--port", str(port), "--log-level", "error", "--lifespan", "on"],
         env=env, stdin=subprocess.DEVNULL)
+    atexit.register(server.stop)
     os.environ["PREFECT_API_URL"] = server.url
-    try:
-        yield server
-    finally:
-        del os.environ["PREFECT_API_URL"]
-        server.process.terminate()  # its database stays in PREFECT_HOME, as Prefect's own temporary server's does
-        try:
-            server.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.process.kill()
-            server.process.wait()
+    return server
 
 
 def _answers(url: str) -> bool:

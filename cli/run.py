@@ -56,26 +56,26 @@ def run_stage1(
             fail(f"--run-name {run_name!r}: {exc.errors()[0]['msg'].replace('String should', 'should')}")
     for name, value in PREFECT_DEFAULTS.items():
         os.environ.setdefault(name, value)
-    with prefect_server() as server:
-        from flows.stage1 import stage1  # Prefect's import overlaps a temporary server's start
-        from mascot.artifacts import ArtifactChanged, RunDir
-        from mascot.judges.panel import JudgeFailureRateExceeded
-        from mascot.llm import BackendError
-        from mascot.llm.factory import preload
-        from mascot.train.runtime import TrainingSetupError
+    server = prefect_server()
+    from flows.stage1 import stage1  # Prefect's import overlaps a temporary server's start
+    from mascot.artifacts import ArtifactChanged, RunDir
+    from mascot.judges.panel import JudgeFailureRateExceeded
+    from mascot.llm import BackendError
+    from mascot.llm.factory import preload
+    from mascot.train.runtime import TrainingSetupError
 
-        try:
-            server.wait()
-        except PrefectServerError as exc:
-            fail(str(exc))
-        console.print(server.describe(), highlight=False, soft_wrap=True)
-        # The backend's SDK loads while Prefect sets the flow run up, rather than before the first request.
-        threading.Thread(target=preload, args=(loaded.generation,), daemon=True).start()
-        try:
-            artifacts = stage1(str(config), run_name=run_name, until=until.value, refresh=refresh)
-        except (JudgeFailureRateExceeded, BackendError, TrainingSetupError, ArtifactChanged) as exc:
-            # Everything finished before the failure is cached: rerunning resumes from there.
-            fail(f"stage 1 stopped: {exc}", code=1)
+    try:
+        server.wait()
+    except PrefectServerError as exc:
+        fail(str(exc))
+    console.print(server.describe(), highlight=False, soft_wrap=True)
+    # The backend's SDK loads while Prefect sets the flow run up, rather than before the first request.
+    threading.Thread(target=preload, args=(loaded.generation,), daemon=True).start()
+    try:
+        artifacts = stage1(str(config), run_name=run_name, until=until.value, refresh=refresh)
+    except (JudgeFailureRateExceeded, BackendError, TrainingSetupError, ArtifactChanged) as exc:
+        # Everything finished before the failure is cached: rerunning resumes from there.
+        fail(f"stage 1 stopped: {exc}", code=1)
     run = RunDir(loaded.renamed(run_name).run_dir if run_name else loaded.run_dir)
     console.print(f"[green]stage 1 done[/green] (until {until.value}): {run.root}", highlight=False)
     for name, artifact in artifacts.items():

@@ -32,6 +32,9 @@ PACKAGES = ("mascot", "torch", "transformers", "trl", "peft", "accelerate", "dat
             "openai", "pydantic", "wandb")
 
 
+RECOMPUTE = "Rerun with --refresh (the flow's `refresh` parameter) to compute every step again."
+
+
 class ArtifactChanged(ValueError):
     """A step's input is not the file its producer wrote. Pipeline steps never cause this (they write
     new files under new names); a hand edit or deletion does, and recomputing every step repairs it."""
@@ -48,14 +51,17 @@ class Artifact(BaseModel):
     def verified(self) -> Path:
         """The path, after checking the file is still the one that was written."""
         if not self.path.exists():
-            raise ArtifactChanged(f"artifact {self.path} is missing: it was deleted after the step that wrote "
-                                  "it ran. Rerun with --refresh (the flow's `refresh` parameter) to compute every step again")
+            raise self.missing()
         actual = path_sha256(self.path)
         if actual != self.sha256:
             raise ArtifactChanged(f"artifact {self.path} changed after the step that wrote it ran (sha256 "
                                   f"{actual[:12]}, expected {self.sha256[:12]}): it was edited or replaced "
-                                  "outside the pipeline. Rerun with --refresh (the flow's `refresh` parameter) to compute every step again")
+                                  f"outside the pipeline. {RECOMPUTE}")
         return self.path
+
+    def missing(self) -> ArtifactChanged:
+        return ArtifactChanged(f"artifact {self.path} is missing: it was deleted after the step that wrote it "
+                               f"ran. {RECOMPUTE}")
 
     def read_parquet(self) -> pl.DataFrame:
         return pl.read_parquet(self.verified())
@@ -198,6 +204,8 @@ class RunDir:
         with self._locked_manifest() as manifest:
             recorded = manifest.setdefault("artifacts", {})
             for name, artifact in artifacts.items():
+                if not artifact.path.exists():  # a cache hit on a file deleted by hand: no dangling link
+                    raise artifact.missing()
                 contract = self.contract_path(name, artifact)
                 if contract != artifact.path:
                     link(contract, artifact.path)

@@ -17,7 +17,8 @@ import ast
 import functools
 import hashlib
 import inspect
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import CodeType, ModuleType
 
@@ -73,9 +74,17 @@ def _start_modules(fn: Callable, values: Iterable[object]) -> frozenset[str]:
     return frozenset(found)
 
 
-@functools.cache
+_graph_lock = threading.Lock()
+
+
 def _import_graph(root: Path) -> dict[str, tuple[Path, frozenset[str]]]:
     """Module name -> (its .py file, `__init__.py` for a package; the package modules it imports)."""
+    with _graph_lock:  # a flow's shard tasks all start at once: parse the package once, not once per thread
+        return _parse_import_graph(root)
+
+
+@functools.cache
+def _parse_import_graph(root: Path) -> dict[str, tuple[Path, frozenset[str]]]:
     files = {}
     for path in sorted(root.rglob("*.py")):
         parts = path.relative_to(root.parent).with_suffix("").parts
@@ -93,7 +102,7 @@ def _imports(name: str, path: Path, files: dict[str, Path]) -> set[str]:
     """Every package module that `name` imports, wherever the import statement is."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets = _with_parents(name) - {name}
-    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+    for node in _statements(ast.parse(path.read_bytes(), filename=str(path))):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 targets |= _with_parents(alias.name)
@@ -105,6 +114,14 @@ def _imports(name: str, path: Path, files: dict[str, Path]) -> set[str]:
             # `from a import b` imports the module a.b when there is one, else a name from a.
             targets |= _with_parents(base) | {f"{base}.{alias.name}" for alias in node.names}
     return targets & files.keys()
+
+
+def _statements(node: ast.AST) -> Iterator[ast.AST]:
+    """Every statement in `node`, however nested (imports are statements, so expressions are skipped)."""
+    for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+        for child in getattr(node, field, ()):
+            yield child
+            yield from _statements(child)
 
 
 @functools.cache

@@ -33,7 +33,8 @@ class BackendConfig(Section):
         default=None, description="Name of the environment variable holding the API key, never the key (default: "
         "OPENAI_API_KEY, ANTHROPIC_API_KEY, or GOOGLE_API_KEY then GEMINI_API_KEY, by kind)."
     )
-    max_concurrency: int = Field(default=16, ge=1, description="Requests in flight at once.")
+    max_concurrency: int = Field(default=16, ge=1, description="Requests in flight at once, for the whole flow run "
+                                 "(every shard and thread of it).")
     timeout_s: float = Field(default=120.0, gt=0, description="Per-request timeout in seconds.")
     max_retries: int = Field(default=4, ge=0, description="Retries with exponential backoff per request.")
     device: Device = Field(default="auto", description="transformers backend: 'auto', 'cpu', 'cuda', 'cuda:1'...")

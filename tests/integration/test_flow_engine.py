@@ -51,7 +51,7 @@ def http_config(folder: Path, name: str, chat: str, contexts: int = 8, corpus: P
 
 
 def mascot(config: Path, run_name: str, api: str, *options: str, python: tuple[str, ...] = (),
-           source: Path | None = None) -> subprocess.CompletedProcess:
+           source: Path | None = None, status: int = 0) -> subprocess.CompletedProcess:
     """`mascot run stage1 --until pairs` in a process of its own, reporting to the Prefect server at `api`."""
     env = {**os.environ, "PREFECT_API_URL": api}
     command = [sys.executable, *python, MASCOT]
@@ -61,7 +61,7 @@ def mascot(config: Path, run_name: str, api: str, *options: str, python: tuple[s
     done = subprocess.run([*command, "run", "stage1", "--config", str(config), "--run-name", run_name, "--until",
                            "pairs", *options], check=False, capture_output=True, text=True, env=env, timeout=600,
                           cwd=source)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+    assert done.returncode == status, (done.stdout + done.stderr)[-5000:]
     return done
 
 
@@ -129,6 +129,15 @@ def test_edit_revert_refresh_on_one_run_name(tmp_path, prefect_api, chat):
 
     requests, refreshed = rerun("--refresh")  # recomputes every step; the request cache answers the LLM calls
     assert requests == 0 and refreshed.equals(first)
+
+    # A step output deleted by hand: the run says so and advises --refresh, which repairs it.
+    (run / "candidates.parquet").resolve().unlink()
+    failed = mascot(config, "edits", prefect_api, status=1)
+    message = " ".join((failed.stdout + failed.stderr).split())
+    assert "is missing" in message and "Rerun with --refresh" in message
+    requests, repaired = rerun("--refresh")
+    assert requests == 0 and repaired.equals(first)
+    assert pl.read_parquet(run / "candidates.parquet").equals(candidates)
 
 
 def test_a_code_change_reruns_the_steps_that_run_that_code(tmp_path, prefect_api, chat):

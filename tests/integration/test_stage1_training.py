@@ -134,7 +134,7 @@ def test_reward_model_speaker_and_comparison_load_back(pairs_run, tiny_models):
 def test_a_killed_speaker_training_resumes_from_its_checkpoint(workdir):
     config = write_config(workdir, "resume", train={**TRAIN, "speaker": {"max_steps": 8, "save_steps": 1}})
     run = workdir / "runs" / "resume"
-    checkpoints = run / "stage1" / "checkpoints"
+    checkpoints = run / "stage1" / "steps" / "checkpoints"
     process = mascot_run(config, "resume", until="speaker", start_new_session=True)
     deadline = time.monotonic() + 600
     while not any(checkpoints.glob("speaker-*/checkpoint-*/trainer_state.json")):

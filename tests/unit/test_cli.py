@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,33 @@ def test_a_bad_run_name_is_refused_before_anything_runs(tmp_path):
     result = runner.invoke(app, ["run", "stage1", "--config", TINY, "--run-name", "../escape", "--until", "pairs"])
     assert result.exit_code == 2, result.output
     assert "--run-name '../escape'" in result.output and "match pattern" in result.output
+
+
+def test_a_prefect_server_that_does_not_answer_is_named_before_anything_runs(tmp_path, monkeypatch):
+    with socket.socket() as probe:  # a free port: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://user:secret@127.0.0.1:{probe.getsockname()[1]}/api"
+    monkeypatch.setenv("PREFECT_API_URL", url)
+    result = subprocess.run([str(Path(sys.executable).parent / "mascot"), "run", "stage1", "--config", TINY,
+                             "--run-name", "unreachable", "--until", "pairs"], capture_output=True, text=True,
+                            check=False, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    message = " ".join((result.stdout + result.stderr).split())
+    assert "no Prefect server answers there" in message and "prefect server start --background" in message
+    assert "secret" not in message, "credentials in the URL are not echoed"
+    assert not (REPO / "runs" / "unreachable").exists()
+
+
+def test_the_prefect_profile_is_read_without_importing_prefect(tmp_path, monkeypatch):
+    from cli.prefect_server import prefect_server
+
+    (tmp_path / "profiles.toml").write_text('active = "local"\n\n[profiles.local]\n'
+                                            'PREFECT_API_URL = "http://127.0.0.1:4200/api"\n')
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setenv("PREFECT_PROFILES_PATH", str(tmp_path / "profiles.toml"))
+    server = prefect_server()
+    assert server.url == "http://127.0.0.1:4200/api" and not server.temporary
+    assert server.describe() == "Prefect server: http://127.0.0.1:4200/api (PREFECT_API_URL)"
 
 
 def test_sample_prints_k_candidates_then_replays_from_the_cache(tiny_models, tmp_path, monkeypatch):
