@@ -74,8 +74,10 @@ def stage1(config_path: str, run_name: str | None = None, until: Until = "speake
         # wandb starts (in the background) once the first shard is sampled: its second of imports would
         # otherwise compete with the shards' start. A run whose first shard was cached starts it only if
         # something logs: a rerun that computes nothing leaves no empty wandb run behind.
-        sampled[0].wait()
-        with tracking.wandb_run(config, "stage1", start=sampled[0].state.name != "Cached"):
+        first = sampled[0] if sampled else None
+        if first is not None:
+            first.wait()
+        with tracking.wandb_run(config, "stage1", start=first is not None and first.state.name != "Cached"):
             candidates = steps.merge_shards(sampled, run.path("stage1", "candidates.parquet"))
             judgments = steps.merge_shards(judged, run.path("stage1", "judgments.parquet"))
             pairs = steps.build_pairs(config.stage1, queries, candidates, judgments,
