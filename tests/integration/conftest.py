@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -50,15 +52,22 @@ def served(tiny_models, tmp_path_factory):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
     command = [sys.executable, "-m", "transformers.cli.transformers", "serve", model,
                "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
+    with running(command, env, log, f"http://127.0.0.1:{port}/health"):
+        yield model, f"http://127.0.0.1:{port}/v1", log
+
+
+@contextmanager
+def running(command: list[str], env: dict[str, str], log: ServerLog, health_url: str) -> Iterator[None]:
+    """A server process, its output in `log`, for the duration of the block once it answers `health_url`."""
     with log.path.open("wb") as log_file:
         server = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env)
     try:
-        _wait_until_healthy(server, f"http://127.0.0.1:{port}/health", log)
-        yield model, f"http://127.0.0.1:{port}/v1", log
+        _wait_until_healthy(server, health_url, log)
+        yield
     finally:
         server.terminate()
         try:
-            server.wait(timeout=15)
+            server.wait(timeout=30)
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait(timeout=15)
@@ -96,15 +105,5 @@ def prefect_api(tmp_path_factory):
     log = ServerLog(home / "server.log")
     command = [str(Path(sys.executable).parent / "prefect"), "server", "start", "--host", "127.0.0.1",
                "--port", str(port), "--no-ui"]
-    with log.path.open("wb") as log_file:
-        server = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env)
-    try:
-        _wait_until_healthy(server, f"http://127.0.0.1:{port}/api/health", log)
+    with running(command, env, log, f"http://127.0.0.1:{port}/api/health"):
         yield f"http://127.0.0.1:{port}/api"
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(timeout=15)
