@@ -25,7 +25,7 @@ from rich.text import Text
 
 import mascot
 from cli.common import ConfigOption, console, errors, fail, load
-from cli.run import run_app
+from cli.run import resume, run_app
 from mascot.config import RunConfig, load_any
 from mascot.roster import Roster, UserProfiles
 from mascot.rubrics import Rubric
@@ -37,6 +37,7 @@ config_app = typer.Typer(help="Check configuration files.", no_args_is_help=True
 data_app = typer.Typer(help="Inspect corpora.", no_args_is_help=True)
 models_app = typer.Typer(help="Build and locate models.", no_args_is_help=True)
 app.add_typer(run_app, name="run")
+app.command("resume")(resume)
 app.add_typer(config_app, name="config")
 app.add_typer(data_app, name="data")
 app.add_typer(models_app, name="models")

@@ -6,6 +6,7 @@ import gc
 import os
 import threading
 from enum import Enum
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -13,6 +14,7 @@ from pydantic import ValidationError
 
 from cli.common import ConfigOption, console, fail, load
 from cli.prefect_server import PrefectServerError, prefect_server
+from mascot.config import RunConfig
 
 run_app = typer.Typer(help="Run pipeline stages as Prefect flows (cached and resumable).", no_args_is_help=True)
 
@@ -51,18 +53,23 @@ def run_stage1(
     loaded = load(config, check_machine=until is not Stage1Step.pairs)
     if run_name is not None:
         try:
-            loaded.renamed(run_name)
+            loaded = loaded.renamed(run_name)
         except ValidationError as exc:
             fail(f"--run-name {run_name!r}: {exc.errors()[0]['msg'].replace('String should', 'should')}")
+    start_stage1(config, loaded, run_name, until.value, refresh)
+
+
+def start_stage1(config: Path, loaded: RunConfig, run_name: str | None, until: str, refresh: bool) -> None:
+    """Run the stage 1 flow of a validated config, and say where its artifacts are, or where it stopped."""
     for name, value in PREFECT_DEFAULTS.items():
         os.environ.setdefault(name, value)
     server = prefect_server()
+    from prefect import tags
+
+    from flows.failures import StageFailed
     from flows.stage1 import stage1  # Prefect's import overlaps a temporary server's start
-    from mascot.artifacts import ArtifactChanged, RunDir
-    from mascot.judges.panel import JudgeFailureRateExceeded
-    from mascot.llm import BackendError
+    from mascot.artifacts import RunDir
     from mascot.llm.factory import preload
-    from mascot.train.runtime import TrainingSetupError
 
     try:
         server.wait()
@@ -72,14 +79,39 @@ def run_stage1(
     # The backend's SDK loads while Prefect sets the flow run up, rather than before the first request.
     threading.Thread(target=preload, args=(loaded.generation,), daemon=True).start()
     try:
-        artifacts = stage1(str(config), run_name=run_name, until=until.value, refresh=refresh)
-    except (JudgeFailureRateExceeded, BackendError, TrainingSetupError, ArtifactChanged) as exc:
-        # Everything finished before the failure is cached: rerunning resumes from there.
-        fail(f"stage 1 stopped: {exc}", code=1)
-    run = RunDir(loaded.renamed(run_name).run_dir if run_name else loaded.run_dir)
-    console.print(f"[green]stage 1 done[/green] (until {until.value}): {run.root}", highlight=False)
+        # Tags find runs by profile (the config file's name) and domain in the UI and `prefect flow-run ls`.
+        with tags(f"profile:{config.stem}", f"domain:{loaded.data.domain}"):
+            artifacts = stage1(str(config), run_name=run_name, until=until, refresh=refresh)
+    except StageFailed as exc:  # it names the step, the cause and the resume command
+        fail(str(exc), code=1)
+    run = RunDir(loaded.run_dir)
+    console.print(f"[green]stage 1 done[/green] (until {until}): {run.root}", highlight=False)
     for name, artifact in artifacts.items():
         console.print(f"  {name:<20} {run.contract_path(name, artifact)}", highlight=False, soft_wrap=True)
     # Python's last garbage collection at exit walks every object Prefect and pydantic made, 0.7 s on a
     # small machine, to free memory the OS takes back anyway. Frozen objects are left out of it.
     gc.freeze()
+
+
+def resume(run_dir: Annotated[Path, typer.Argument(help="The run directory, <run.output_dir>/<run name>.")]):
+    """Run a run's last stage again, as it was asked for: same config file, run name and last step.
+
+    Reads <run_dir>/manifest.json. Every step that finished is a cache hit, no LLM request is sent
+    twice, and an interrupted training resumes from its last checkpoint. Refused when the config
+    file changed since (a different config would be a different run: use `mascot run`).
+    """
+    from mascot.artifacts import RunDir, content_sha256
+
+    try:
+        request = RunDir(run_dir).resume_request()
+    except (FileNotFoundError, ValueError) as exc:
+        fail(str(exc))
+    config = Path(request["config_path"])
+    loaded = load(config, check_machine=request["until"] != "pairs").renamed(request["run_name"])
+    if content_sha256(loaded) != request["config_hash"]:
+        fail(f"{config} changed since {run_dir} ran it, so resuming would run another config. Run it with "
+             f"`mascot run {request['stage']} --config {config} --run-name {request['run_name']}`, or restore "
+             "the file (the manifest holds the config the run used).")
+    console.print(f"resuming {request['stage']} of {run_dir} (until {request['until']}) from {config}",
+                  highlight=False)
+    start_stage1(config, loaded, request["run_name"], request["until"], refresh=False)

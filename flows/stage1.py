@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Literal
 
 from prefect import flow
+from prefect.runtime import flow_run
 from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, PREFECT_TASKS_REFRESH_CACHE, temporary_settings
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from flows.failures import completed, stopped_at_step
 from mascot import tracking
 from mascot.artifacts import Artifact, RunDir
 from mascot.config import load_config
@@ -41,7 +43,13 @@ Until = Literal["pairs", "persona_rm", "speaker"]
 WORKERS = 16
 
 
-@flow(name="stage1", task_runner=ThreadPoolTaskRunner(max_workers=WORKERS))
+def flow_run_name() -> str:
+    """`stage1/<run name>`, so that the UI and `prefect flow-run ls` show which run is which."""
+    parameters = flow_run.parameters
+    return f"stage1/{parameters.get('run_name') or load_config(parameters['config_path']).run.name}"
+
+
+@flow(name="stage1", flow_run_name=flow_run_name, task_runner=ThreadPoolTaskRunner(max_workers=WORKERS))
 def stage1(config_path: str, run_name: str | None = None, until: Until = "speaker",
            refresh: bool = False) -> dict[str, Artifact]:
     """Run Stage 1 of a config up to `until`; returns the artifacts written.
@@ -52,12 +60,12 @@ def stage1(config_path: str, run_name: str | None = None, until: Until = "speake
     if run_name:
         config = config.renamed(run_name)
     run = RunDir(config.run_dir)
-    run.start(config, Path(config_path))
+    run.start(config, Path(config_path), stage="stage1", until=until)
     # With `refresh`, every cached task recomputes and overwrites its cache record: the steps downstream
     # of a refreshed one are refreshed too, so none can return a result that names a replaced file.
     cache = {PREFECT_LOCAL_STORAGE_PATH: run.prefect_results, PREFECT_TASKS_REFRESH_CACHE: refresh}
 
-    with temporary_settings(updates=cache):
+    with temporary_settings(updates=cache), stopped_at_step("stage 1", run.root):
         # Built once, here, so that every step gets loadable folders; trainers' models only when training.
         config = resolve_tiny_models(config, trainers=until != "pairs")
         seed, requests, train = config.run.seed, config.cache.requests, config.train
@@ -78,8 +86,8 @@ def stage1(config_path: str, run_name: str | None = None, until: Until = "speake
         if first is not None:
             first.wait()
         with tracking.wandb_run(config, "stage1", start=first is not None and first.state.name != "Cached"):
-            candidates = steps.merge_shards(sampled, run.path("stage1", "candidates.parquet"))
-            judgments = steps.merge_shards(judged, run.path("stage1", "judgments.parquet"))
+            candidates = steps.merge_shards(completed(sampled), run.path("stage1", "candidates.parquet"))
+            judgments = steps.merge_shards(completed(judged), run.path("stage1", "judgments.parquet"))
             pairs = steps.build_pairs(config.stage1, queries, candidates, judgments,
                                       run.path("stage1", "pairs.parquet"))
             artifacts = {"stage1/contexts": contexts, "stage1/candidates": candidates, "stage1/judgments": judgments,

@@ -212,8 +212,11 @@ class RunDir:
                 recorded[name] = {"path": str(contract.relative_to(self.root)), "sha256": artifact.sha256,
                                   "file": str(artifact.path.relative_to(self.root))}
 
-    def start(self, config: BaseModel, config_path: Path | None = None) -> None:
-        """Write the run's identity to the manifest: config, its hash, package versions, git commit.
+    def start(self, config: BaseModel, config_path: Path | None = None, *, stage: str | None = None,
+              until: str | None = None) -> None:
+        """Write the run's identity to the manifest: config, its hash, package versions, git commit, and
+        what was asked for (`resume`: the config file, the stage and its last step), so that the same
+        run can be started again from the run directory alone.
 
         The config is written redacted: it holds no secret by design, and should one have got
         past validation, it still does not reach the file.
@@ -222,10 +225,24 @@ class RunDir:
             manifest.update(
                 config=redact(config.model_dump(mode="json")),
                 config_hash=content_sha256(config),
-                config_path=str(config_path) if config_path else None,
+                config_path=str(config_path.resolve()) if config_path else None,
                 packages=package_versions(),
                 git_commit=git_commit(),
             )
+            if stage is not None:
+                manifest["resume"] = {"stage": stage, "until": until}
+
+    def resume_request(self) -> dict[str, str]:
+        """What the run's last flow was asked to do: its config file, config hash, run name, stage and last step."""
+        if not self.manifest.exists():
+            raise FileNotFoundError(f"{self.root} has no manifest.json: it is not a run directory, or its run "
+                                    "never started")
+        manifest = json.loads(self.manifest.read_text())
+        if not manifest.get("resume") or not manifest.get("config_path"):
+            raise ValueError(f"{self.manifest} does not say which stage ran or from which config file, so the run "
+                             "cannot be resumed from it; start it again with `mascot run`")
+        return {**manifest["resume"], "config_path": manifest["config_path"], "config_hash": manifest["config_hash"],
+                "run_name": manifest["config"]["run"]["name"]}
 
     @contextlib.contextmanager
     def _locked_manifest(self) -> Iterator[dict]:

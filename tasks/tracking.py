@@ -17,9 +17,10 @@ from mascot.llm import shared_cache
 from mascot.rubrics import Rubric
 from mascot.stage1 import report
 from tasks.caching import CACHED, keyed
+from tasks.failures import REPORTED
 
 
-@task(**CACHED)
+@task(**CACHED, **REPORTED)
 def report_stage1(run_name: str, rubric: Rubric, artifacts: dict[str, Artifact], requests: Path,
                   out: Path) -> dict[str, Artifact]:
     stats = shared_cache(requests).stats().as_dict()

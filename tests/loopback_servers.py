@@ -23,9 +23,9 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(app: FastAPI) -> Iterator[str]:
-    """Run `app` until the block ends; yields its root URL, http://127.0.0.1:<port>."""
-    port = free_port()
+def serve(app: FastAPI, port: int | None = None) -> Iterator[str]:
+    """Run `app` until the block ends, on `port` or a free one; yields its root URL, http://127.0.0.1:<port>."""
+    port = port or free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

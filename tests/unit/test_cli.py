@@ -20,7 +20,7 @@ runner = CliRunner()
 
 
 @pytest.mark.parametrize("command", [[], ["config"], ["data"], ["models"], ["sample"], ["run"], ["config", "validate"],
-                                     ["data", "preview"], ["models", "build"], ["run", "stage1"]])
+                                     ["data", "preview"], ["models", "build"], ["run", "stage1"], ["resume"]])
 def test_every_command_explains_itself(command):
     result = runner.invoke(app, [*command, "--help"])
     assert result.exit_code == 0, result.output
