@@ -13,9 +13,10 @@ that costs no GPU. Three things make it useful there:
   answering, whatever `n` is (a batched decode), without blocking the event loop, so any number of
   requests can be in flight at once and the client's concurrency decides the wall time.
 - Counting: `GET /stats` says how many requests came, how many are in flight now and at most, when
-  the first arrived and the last was answered (time.time()), and how many repeated an earlier
-  request's body exactly. `POST /stats/reset` zeroes it all. One event loop serves every request,
-  so the counters are exact without locks.
+  the first arrived and the last was answered (time.time()), how many repeated an earlier
+  request's body exactly, and how many were answered, again for a body answered before (a request
+  paid for twice; one cut off by a shutdown was never answered). `POST /stats/reset` zeroes it
+  all. One event loop serves every request, so the counters are exact without locks.
 
 Other endpoints: `GET /health` and `GET /v1/models`. Importable from tests (`from chat_server
 import make_app`) and served with tests/loopback_servers.serve.
@@ -74,10 +75,13 @@ class Stats:
     first_request_at: float | None = None
     last_response_at: float | None = None
     repeated: int = 0
+    answered: int = 0
+    answered_again: int = 0  # answers to a body answered before: a request paid for twice
     seen: set[str] = field(default_factory=set)
+    answered_bodies: set[str] = field(default_factory=set)
 
     def report(self) -> dict:
-        return {key: value for key, value in asdict(self).items() if key != "seen"}
+        return {key: value for key, value in asdict(self).items() if key not in ("seen", "answered_bodies")}
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -139,6 +143,9 @@ def make_app(model: str = DEFAULT_MODEL, seconds_per_token: float = 0.03) -> Fas
                 for i in range(n)
             ]
             prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages if isinstance(m, dict))
+            stats.answered += 1
+            stats.answered_again += canonical in stats.answered_bodies
+            stats.answered_bodies.add(canonical)
             return JSONResponse({
                 "id": f"chatcmpl-{uuid.uuid4().hex}",
                 "object": "chat.completion",
