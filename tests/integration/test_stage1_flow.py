@@ -100,7 +100,10 @@ def test_sigkill_mid_run_then_resume_gives_the_same_pairs(finished_run, workdir,
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     assert not (run / "stage1" / "pairs.parquet").exists(), "the kill came too late to test resuming"
-    finish(mascot_run(config, "killed"))
+    sampled = len(list(steps.glob("candidates-0*.parquet")))  # shards whose sampling finished before the kill
+    output = finish(mascot_run(config, "killed"))
+    reused = [line for line in output.splitlines() if "Task run 'sample_candidates-" in line and "Cached" in line]
+    assert len(reused) >= sampled >= 1, "every shard sampled before the kill is a cache hit, not sampled again"
     resumed = pl.read_parquet(run / "stage1" / "pairs.parquet")
     expected = pl.read_parquet(reference / "stage1" / "pairs.parquet")
     assert resumed.equals(expected)

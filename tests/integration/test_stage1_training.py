@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import polars as pl
 import pytest
-from stage1_runs import finish, mascot_run, write_config
+from stage1_runs import MASCOT, finish, mascot_run, write_config
 
 from mascot import tracking
 from mascot.artifacts import Artifact, path_sha256
@@ -146,7 +147,14 @@ def test_a_killed_speaker_training_resumes_from_its_checkpoint(workdir):
     killed_at = Resume.latest(next(checkpoints.glob("speaker-*")))
     assert 1 <= killed_at.step < 8 and not (run / "stage1" / "speaker").exists(), "the kill came too late"
 
-    output = finish(mascot_run(config, "resume", until="speaker"))
+    # Resumed as a user would after a crash; the optimizer steps it runs are counted from outside.
+    steps_run = workdir / "resume-steps.log"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent / "step_counter"),
+           "MASCOT_TEST_STEP_LOG": str(steps_run)}
+    output = finish(subprocess.Popen([MASCOT, "resume", str(run)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, env=env))
+    assert steps_run.read_text().split() == [str(step) for step in range(killed_at.step + 1, 9)], \
+        "training went on from the checkpoint's step, not from the start"
     reward_model_runs = [line for line in output.splitlines() if "Task run 'train_persona_rm-" in line]
     assert reward_model_runs and all("Cached" in line for line in reward_model_runs), "the reward model is reused"
     training = json.loads((run / "stage1" / "speaker" / "metrics.json").read_text())

@@ -1,0 +1,40 @@
+"""Counts the optimizer steps a training process runs, from outside the code under test.
+
+A test puts this folder on PYTHONPATH and names a file in MASCOT_TEST_STEP_LOG; Python then loads
+this module at start-up. When transformers' trainer callbacks are imported, every optimizer step's
+number (`on_step_end` fires once per step) is appended to that file. A run resumed from the
+checkpoint of step k writes k+1, k+2, ...; a run that started over would write 1, 2, ...
+"""
+
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+
+LOG = os.environ.get("MASCOT_TEST_STEP_LOG")
+
+
+class _CountSteps(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "transformers.trainer_callback":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        load = spec.loader.exec_module
+
+        def exec_module(module):
+            load(module)
+            step_end = module.CallbackHandler.on_step_end
+
+            def counted(handler, args, state, control):
+                with open(LOG, "a") as log:
+                    log.write(f"{state.global_step}\n")
+                return step_end(handler, args, state, control)
+
+            module.CallbackHandler.on_step_end = counted
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+if LOG:
+    sys.meta_path.insert(0, _CountSteps())
