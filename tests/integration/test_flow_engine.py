@@ -186,6 +186,7 @@ def test_a_backend_down_stops_the_run_at_its_step_and_resume_repeats_nothing(tmp
     assert "AttributeError" not in failed.stdout + failed.stderr
     flow_runs = httpx.post(f"{prefect_api}/flow_runs/filter", json={"flow_runs": {"name": {"any_": ["stage1/outage"]}}})
     assert [flow_run["state"]["type"] for flow_run in flow_runs.json()] == ["FAILED"], "named after the run"
+    assert {"profile:outage", "domain:emotional_support"} <= set(flow_runs.json()[0]["tags"])
 
     with serve(make_app(seconds_per_token=SECONDS_PER_TOKEN), port=port) as chat:  # the backend is back
         resumed = subprocess.run([MASCOT, "resume", str(run)], capture_output=True, text=True, check=False,

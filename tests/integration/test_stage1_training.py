@@ -201,3 +201,19 @@ def test_no_pairs_to_train_on_is_a_clear_error_without_a_retry(workdir):
     assert process.returncode == 1, output[-3000:]
     assert "stage 1 stopped" in output and "no pairs outside the held-out contexts" in output
     assert "stage1.margin" in output and "Retry 1/1 will start" not in output  # Prefect's retry log line
+
+
+def test_a_training_task_that_fails_is_retried_from_its_checkpoint(workdir):
+    """The reward model's training crashes at step 3; Prefect retries the task, which resumes there."""
+    config = write_config(workdir, "retried", train={**TRAIN, "persona_rm": {"epochs": 2, "save_steps": 1}})
+    steps_run = workdir / "retried-steps.log"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent / "step_counter"),
+           "MASCOT_TEST_STEP_LOG": str(steps_run), "MASCOT_TEST_FAIL_AT_STEP": "3"}
+    output = finish(mascot_run(config, "retried", until="persona_rm", env=env))
+    steps = [int(step) for step in steps_run.read_text().split()]
+    # The first attempt ran steps 1-3 and died before saving step 3; the retry went on from checkpoint 2.
+    assert steps[:4] == [1, 2, 3, 3] and steps[3:] == list(range(3, steps[-1] + 1)) and steps[-1] > 3, steps
+    attempts = [line for line in output.splitlines() if "Task run 'train_persona_rm-" in line]
+    assert "injected failure at step 3" in attempts[0] and "Finished in state Completed" in attempts[-1], attempts
+    metrics = json.loads((workdir / "runs" / "retried" / "stage1" / "persona_rm" / "metrics.json").read_text())
+    assert metrics["held_out"]["accuracy"]["n"] > 0

@@ -4,6 +4,9 @@ A test puts this folder on PYTHONPATH and names a file in MASCOT_TEST_STEP_LOG; 
 this module at start-up. When transformers' trainer callbacks are imported, every optimizer step's
 number (`on_step_end` fires once per step) is appended to that file. A run resumed from the
 checkpoint of step k writes k+1, k+2, ...; a run that started over would write 1, 2, ...
+
+With MASCOT_TEST_FAIL_AT_STEP=k as well, the first training to reach step k raises there, once per
+log file (before that step's checkpoint is saved), as a crash inside a training task would.
 """
 
 import importlib.abc
@@ -12,6 +15,7 @@ import os
 import sys
 
 LOG = os.environ.get("MASCOT_TEST_STEP_LOG")
+FAIL_AT = int(os.environ.get("MASCOT_TEST_FAIL_AT_STEP", "0"))
 
 
 class _CountSteps(importlib.abc.MetaPathFinder):
@@ -28,6 +32,10 @@ class _CountSteps(importlib.abc.MetaPathFinder):
             def counted(handler, args, state, control):
                 with open(LOG, "a") as log:
                     log.write(f"{state.global_step}\n")
+                failed = f"{LOG}.failed"
+                if state.global_step == FAIL_AT and not os.path.exists(failed):
+                    open(failed, "w").close()
+                    raise RuntimeError(f"injected failure at step {FAIL_AT}")
                 return step_end(handler, args, state, control)
 
             module.CallbackHandler.on_step_end = counted
