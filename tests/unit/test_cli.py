@@ -68,6 +68,26 @@ def test_the_prefect_profile_is_read_without_importing_prefect(tmp_path, monkeyp
     assert server.describe() == "Prefect server: http://127.0.0.1:4200/api (PREFECT_API_URL)"
 
 
+def test_resume_refuses_a_folder_without_a_manifest_and_a_changed_config(tmp_path):
+    from mascot.artifacts import RunDir
+    from mascot.config import load_config
+
+    result = runner.invoke(app, ["resume", str(tmp_path)])
+    assert result.exit_code == 2 and "has no manifest.json" in result.output
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text((REPO / "configs" / "tiny.yaml").read_text().replace("output_dir: ../runs", "output_dir: runs")
+                      .replace(": rosters/", f": {REPO}/configs/rosters/").replace(": users/", f": {REPO}/configs/users/")
+                      .replace(": rubrics/", f": {REPO}/configs/rubrics/"))
+    loaded = load_config(config)
+    RunDir(loaded.run_dir).start(loaded, config, stage="stage1", until="pairs")
+    config.write_text(config.read_text().replace("seed: 0", "seed: 1", 1))
+    result = runner.invoke(app, ["resume", str(loaded.run_dir)])
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.output.split())
+    assert "changed since" in message and f"--run-name {loaded.run.name}" in message
+
+
 def test_sample_prints_k_candidates_then_replays_from_the_cache(tiny_models, tmp_path, monkeypatch):
     monkeypatch.setenv("MASCOT_CACHE_DIR", str(tiny_models.lm.parents[2]))  # reuse the session's build
     args = ["sample", "--config", TINY, "--contexts", "2", "--k", "3", "--persona", "anchor",
