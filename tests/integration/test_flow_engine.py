@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -24,6 +25,7 @@ from stage1_runs import MASCOT, REPO, write_config
 pytestmark = pytest.mark.integration
 
 LIMIT = 3  # generation.max_concurrency
+UNFINISHED = {"RUNNING", "SCHEDULED"}
 TOKENS, SECONDS_PER_TOKEN = 8, 0.02  # 0.16 s a request
 
 
@@ -66,10 +68,23 @@ def mascot(config: Path, run_name: str, api: str, *options: str, python: tuple[s
 
 
 def task_runs(api: str, done: subprocess.CompletedProcess) -> list[dict]:
-    """The flow run's task runs, as Prefect's API has them."""
+    """The flow run's task runs, as Prefect's API has them once their states have settled.
+
+    Task-run states reach the server as events, processed in the background: wait until none is
+    running or awaiting a retry and two reads a second apart agree. (A task whose input failed stays
+    Pending for good.)
+    """
     flow_run = re.search(r"/runs/flow-run/([0-9a-f-]{36})", done.stdout + done.stderr)[1]
-    answer = httpx.post(f"{api}/task_runs/filter", json={"flow_runs": {"id": {"any_": [flow_run]}}, "limit": 200})
-    return answer.raise_for_status().json()
+    deadline, last = time.monotonic() + 60, None
+    while True:
+        answer = httpx.post(f"{api}/task_runs/filter", json={"flow_runs": {"id": {"any_": [flow_run]}}, "limit": 200})
+        runs = answer.raise_for_status().json()
+        seen = sorted((run["id"], run["state"]["name"]) for run in runs)
+        settled = seen == last and not any(run["state"]["type"] in UNFINISHED for run in runs)
+        if settled or time.monotonic() > deadline:
+            return runs
+        last = seen
+        time.sleep(1)
 
 
 def states(api: str, done: subprocess.CompletedProcess) -> dict[str, set[str]]:
@@ -154,7 +169,8 @@ def test_a_code_change_reruns_the_steps_that_run_that_code(tmp_path, prefect_api
 
     mascot(config, "code", prefect_api, source=source)
     cached = {"Cached"}
-    assert all(rerun()[step] == cached for step in ("sample_candidates", "judge_candidates", "build_pairs"))
+    found = rerun()
+    assert all(found[step] == cached for step in ("sample_candidates", "judge_candidates", "build_pairs")), found
 
     with (source / "mascot" / "stage1" / "pairs.py").open("a") as pairs:
         pairs.write("\n# an edit to the pair rule's module\n")
