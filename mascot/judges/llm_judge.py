@@ -20,17 +20,16 @@ from mascot.config import SamplingParams
 from mascot.data.context import Context
 from mascot.judges.base import JudgeItem, Judgment
 from mascot.llm import LLMBackend
+from mascot.llm.structured import ReplyError, extract_json_object
 from mascot.prompts import render
 from mascot.rubrics import Rubric
 
 # Our delimiter tags; the same text inside data would let a context close its own block.
 DELIMITER_TAG = re.compile(r"<(/?\s*(?:persona|context|candidate)\b)", re.IGNORECASE)
-CODE_FENCE = re.compile(r"```[a-zA-Z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)
-THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
 EMPTY_REPLY = "(empty reply)"
 
 
-class JudgeReplyError(ValueError):
+class JudgeReplyError(ReplyError):
     """A judge's reply is not a usable judgment. The message says why, for the repair turn."""
 
 
@@ -95,42 +94,13 @@ def reply_model(rubric: Rubric) -> type[BaseModel]:
     )
 
 
-def extract_json_object(text: str, expected_keys: set[str]) -> dict[str, Any]:
-    """The first JSON object in `text` that holds all `expected_keys` (else the first holding any).
-
-    Tolerates code fences, a <think> block and prose around the object. Candidates are decoded with
-    `json.JSONDecoder.raw_decode` from each "{", so nested braces and braces inside strings are
-    handled by the JSON parser itself.
-    """
-    text = THINK_BLOCK.sub("", text)
-    chunks = [m.group(1) for m in CODE_FENCE.finditer(text)] + [text]
-    decoder = json.JSONDecoder()
-    partial: dict[str, Any] | None = None
-    for chunk in chunks:
-        start = chunk.find("{")
-        while start != -1:
-            try:
-                found, _ = decoder.raw_decode(chunk, start)
-            except json.JSONDecodeError:
-                found = None
-            if isinstance(found, dict):
-                if expected_keys <= found.keys():
-                    return found
-                if partial is None and expected_keys & found.keys():
-                    partial = found
-            start = chunk.find("{", start + 1)
-    if partial is not None:
-        return partial
-    raise JudgeReplyError(
-        f"no JSON object with the keys {sorted(expected_keys)} was found in the reply"
-        + (" (the reply was empty)" if not text.strip() else "")
-    )
-
-
 def parse_judge_reply(text: str, rubric: Rubric) -> tuple[dict[str, int], str]:
     """(scores by criterion id, feedback) from a reply, or JudgeReplyError saying what is wrong."""
     expected = set(rubric.criterion_ids)
-    data = extract_json_object(text, expected | {"feedback"})
+    try:
+        data = extract_json_object(text, expected | {"feedback"})
+    except ReplyError as exc:
+        raise JudgeReplyError(str(exc)) from None
     try:
         reply = reply_model(rubric).model_validate(data)
     except ValidationError as exc:

@@ -1,0 +1,1 @@
+"""Stage 2, collaborative dialogue: the Director's directives, episodes, group pairs and rewards."""

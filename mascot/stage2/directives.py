@@ -1,0 +1,115 @@
+"""The Director's directive: who speaks next and what to ask of them, parsed and validated.
+
+The Director is an LLM role. Its reply is asked for as structured output (a JSON schema whose
+`next_speaker` is an enum of the active roster) where the backend has it, and parsed and validated
+here whatever the backend claims. An invalid reply (malformed, or a speaker not in the roster) is
+retried with a repair turn. After `max_attempts` the fallback applies: the enabled persona that
+spoke least recently (one that never spoke first, in roster order), with a generic instruction.
+Every fallback is flagged on its result, so episodes count and report them; none is silent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from mascot.config import SamplingParams
+from mascot.llm import LLMBackend
+from mascot.llm.structured import ReplyError, extract_json_object
+from mascot.prompts import render
+from mascot.roster import Persona, Roster
+
+MAX_INSTRUCTION_CHARS = 300
+FALLBACK_INSTRUCTION = "Continue the conversation in your role, building on what was said last."
+
+
+class Directive(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    next_speaker: str = Field(min_length=1, description="A persona id of the active roster.")
+    instruction: str = Field(min_length=1, max_length=MAX_INSTRUCTION_CHARS, description="What to do next.")
+    tone: str | None = Field(default=None, max_length=80, description="How to sound, if it matters.")
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One turn of a conversation, as the Director sees it: who spoke, and what they said."""
+
+    speaker: str  # a persona id, or "user"
+    text: str
+
+
+@dataclass(frozen=True)
+class DirectorReply:
+    directive: Directive
+    attempts: int
+    fallback: bool  # the Director gave no valid directive; `error` says why
+    error: str | None = None
+
+
+def active_personas(roster: Roster) -> list[Persona]:
+    return [persona for persona in roster.personas if persona.enabled]
+
+
+def director_messages(roster: Roster, turns: list[Turn]) -> list[dict[str, str]]:
+    """The Director's prompt: the roster, then the conversation so far with who spoke at each turn."""
+    return [{"role": "user", "content": render("director.j2", personas=active_personas(roster), turns=turns)}]
+
+
+def directive_response_format(roster: Roster) -> dict:
+    """An OpenAI-style strict JSON schema for a directive of this roster."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "next_speaker": {"type": "string", "enum": [persona.id for persona in active_personas(roster)]},
+            "instruction": {"type": "string", "maxLength": MAX_INSTRUCTION_CHARS},
+            "tone": {"type": ["string", "null"]},
+        },
+        "required": ["next_speaker", "instruction", "tone"],
+        "additionalProperties": False,
+    }
+    return {"type": "json_schema", "json_schema": {"name": "directive", "strict": True, "schema": schema}}
+
+
+def parse_directive(text: str, roster: Roster) -> Directive:
+    """The directive in a reply, or ReplyError saying what is wrong with it (for the repair turn)."""
+    data = extract_json_object(text, {"next_speaker", "instruction"})
+    try:
+        directive = Directive.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f'"{".".join(map(str, e["loc"])) or "reply"}": {e["msg"]}' for e in exc.errors())
+        raise ReplyError(f"invalid directive: {problems}") from None
+    speakers = [persona.id for persona in active_personas(roster)]
+    if directive.next_speaker not in speakers:
+        raise ReplyError(f'"next_speaker" is {directive.next_speaker!r}, which is not one of {speakers}')
+    return directive
+
+
+def least_recent_speaker(roster: Roster, turns: list[Turn]) -> str:
+    """The enabled persona that spoke least recently; those that never spoke come first, in roster order."""
+    last_spoke = {turn.speaker: index for index, turn in enumerate(turns)}
+    return min((persona.id for persona in active_personas(roster)), key=lambda pid: last_spoke.get(pid, -1))
+
+
+async def direct(backend: LLMBackend, roster: Roster, turns: list[Turn], seed: int, *, max_attempts: int = 3,
+                 params: SamplingParams | None = None) -> DirectorReply:
+    """Ask the Director for the next directive; retry invalid replies, then fall back (flagged)."""
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    messages = director_messages(roster, turns)
+    params = params or SamplingParams(temperature=0.7, max_new_tokens=128)
+    response_format, error = directive_response_format(roster), "no attempt was made"
+    for attempt in range(max_attempts):
+        # A retry carries the invalid reply and what is wrong with it: another request, another cache key.
+        reply = (await backend.generate(messages, n=1, params=params, seed=seed + attempt,
+                                        response_format=response_format))[0]
+        try:
+            return DirectorReply(parse_directive(reply, roster), attempts=attempt + 1, fallback=False)
+        except ReplyError as exc:
+            error = str(exc)
+            repair = render("director_repair.j2", error=error, speakers=[p.id for p in active_personas(roster)])
+            messages = [*messages, {"role": "assistant", "content": reply.strip() or "(empty reply)"},
+                        {"role": "user", "content": repair}]
+    fallback = Directive(next_speaker=least_recent_speaker(roster, turns), instruction=FALLBACK_INSTRUCTION)
+    return DirectorReply(fallback, attempts=max_attempts, fallback=True, error=error)

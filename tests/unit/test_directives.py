@@ -1,0 +1,109 @@
+"""The Director's directives: parsing and validation, retries with a repair turn, the flagged fallback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from chat_server import make_app
+from loopback_servers import serve
+from test_cli import REPO
+
+from mascot.llm import normalize_messages
+from mascot.llm.openai_backend import OpenAIBackend
+from mascot.llm.structured import ReplyError
+from mascot.roster import load_roster
+from mascot.stage2.directives import (
+    Turn,
+    direct,
+    director_messages,
+    least_recent_speaker,
+    parse_directive,
+)
+
+ROSTER = load_roster(REPO / "configs" / "rosters" / "emotional_support.yaml")
+TURNS = [Turn("user", "I failed my exam and I feel stupid."), Turn("anchor", "That sounds really heavy."),
+         Turn("user", "Yeah."), Turn("catalyst", "What would help you feel ready next time?")]
+
+
+class ScriptedDirector:
+    """Backend stand-in: answers each request with the next scripted reply, records the requests."""
+
+    model = "scripted-director"
+
+    def __init__(self, replies):
+        self.replies, self.requests = list(replies), []
+
+    async def generate(self, messages, n, params, seed, response_format=None):
+        self.requests.append({"messages": normalize_messages(messages), "seed": seed, "format": response_format})
+        return [self.replies.pop(0)] * n
+
+
+def test_a_directive_is_found_wherever_the_reply_puts_it():
+    reply = '<think>Beacon has not spoken.</think>```json\n{"next_speaker": "beacon", "instruction": " Name one ' \
+            'small next step. ", "tone": null}\n```'
+    directive = parse_directive(reply, ROSTER)
+    assert (directive.next_speaker, directive.instruction, directive.tone) == ("beacon", "Name one small next step.",
+                                                                               None)
+
+
+@pytest.mark.parametrize(("reply", "message"), [
+    ('{"next_speaker": "oracle", "instruction": "Predict."}', "'oracle', which is not one of ['anchor', "),
+    ('{"next_speaker": "anchor"}', '"instruction": Field required'),
+    ("I think the Anchor should speak.", "no JSON object with the keys"),
+    (json.dumps({"next_speaker": "anchor", "instruction": "x" * 301}), '"instruction": String should have at most'),
+    ('{"next_speaker": "anchor", "instruction": "Listen.", "volume": 11}', '"volume": Extra inputs'),
+])
+def test_an_invalid_directive_says_what_is_wrong(reply, message):
+    with pytest.raises(ReplyError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        parse_directive(reply, ROSTER)
+
+
+def test_a_disabled_persona_is_not_a_valid_speaker():
+    roster = ROSTER.model_copy(update={"personas": [p.model_copy(update={"enabled": p.enabled and p.id != "beacon"})
+                                                    for p in ROSTER.personas]})
+    with pytest.raises(ReplyError, match="not one of \\['anchor', 'catalyst'\\]"):
+        parse_directive('{"next_speaker": "beacon", "instruction": "Encourage."}', roster)
+
+
+def test_the_prompt_shows_the_roster_and_who_spoke_when():
+    prompt = director_messages(ROSTER, TURNS)[0]["content"]
+    assert all(persona.id in prompt for persona in ROSTER.personas if persona.enabled)
+    assert "action_guide" not in prompt, "a disabled persona is not offered"
+    assert "[2] anchor: That sounds really heavy." in prompt and "[4] catalyst:" in prompt
+
+
+def test_the_least_recent_speaker_is_one_that_never_spoke_then_the_earliest():
+    assert least_recent_speaker(ROSTER, TURNS) == "beacon"
+    assert least_recent_speaker(ROSTER, [*TURNS, Turn("beacon", "You can grow from this.")]) == "anchor"
+
+
+def test_an_invalid_reply_is_retried_with_a_repair_turn():
+    model = ScriptedDirector(['{"next_speaker": "oracle", "instruction": "Predict."}',
+                              '{"next_speaker": "beacon", "instruction": "Point to a next step.", "tone": "warm"}'])
+    reply = asyncio.run(direct(model, ROSTER, TURNS, seed=11))
+    assert not reply.fallback and reply.attempts == 2 and reply.directive.next_speaker == "beacon"
+    first, second = model.requests
+    assert (first["seed"], second["seed"]) == (11, 12)
+    assert first["format"]["json_schema"]["schema"]["properties"]["next_speaker"]["enum"] == [
+        "anchor", "catalyst", "beacon"]
+    assert "'oracle', which is not one of" in second["messages"][-1]["content"]
+
+
+def test_a_director_that_never_gives_a_valid_directive_falls_back_and_says_so():
+    # A real OpenAI-compatible server whose replies are words, never JSON: every attempt is invalid.
+    with serve(make_app(seconds_per_token=0.0)) as url:
+        backend = OpenAIBackend("sim-chat", base_url=f"{url}/v1", max_retries=0)
+        reply = asyncio.run(direct(backend, ROSTER, TURNS, seed=3, max_attempts=2))
+        answered = asyncio.run(_stats(url))
+    assert reply.fallback and reply.attempts == 2 and "no JSON object" in reply.error
+    assert reply.directive.next_speaker == "beacon", "the least recent speaker"
+    assert answered == 2
+
+
+async def _stats(url: str) -> int:
+    import httpx
+
+    async with httpx.AsyncClient() as client:
+        return (await client.get(f"{url}/stats")).json()["answered"]
