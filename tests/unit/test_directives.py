@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import httpx
 import pytest
 from chat_server import make_app
 from loopback_servers import serve
@@ -96,14 +97,8 @@ def test_a_director_that_never_gives_a_valid_directive_falls_back_and_says_so():
     with serve(make_app(seconds_per_token=0.0)) as url:
         backend = OpenAIBackend("sim-chat", base_url=f"{url}/v1", max_retries=0)
         reply = asyncio.run(direct(backend, ROSTER, TURNS, seed=3, max_attempts=2))
-        answered = asyncio.run(_stats(url))
+        answered = httpx.get(f"{url}/stats").json()["answered"]
     assert reply.fallback and reply.attempts == 2 and "no JSON object" in reply.error
     assert reply.directive.next_speaker == "beacon", "the least recent speaker"
     assert answered == 2
 
-
-async def _stats(url: str) -> int:
-    import httpx
-
-    async with httpx.AsyncClient() as client:
-        return (await client.get(f"{url}/stats")).json()["answered"]
