@@ -2,7 +2,7 @@
 
     config = load_config("configs/tiny.yaml")   # RunConfig, or ConfigError listing every problem
 
-`base` holds what every section shares; `backends`, `data`, `training` and `stage1` the sections;
+`base` holds what every section shares; `backends`, `data`, `training`, `stage1` and `stage2` the sections;
 `run` the whole run; `loading` the checks of the files a config points at. Nothing here imports
 the judges, the trainers or any stage: configs sit at the bottom of the package.
 """
@@ -13,11 +13,19 @@ from mascot.config.data import CORPUS_DOMAIN, CorpusConfig, DataConfig
 from mascot.config.loading import load_any, load_config
 from mascot.config.run import CacheConfig, RunConfig, RunSection, TinyModelSpec, TrackingConfig, TrainConfig
 from mascot.config.stage1 import BeforeAfterConfig, SpeakerConfig, SpeakerRewardWeights, Stage1Config
+from mascot.config.stage2 import (
+    DirectorConfig,
+    DirectorDPOConfig,
+    DirectorRewardWeights,
+    EpisodeConfig,
+    Stage2Config,
+)
 from mascot.config.training import GRPOPolicyConfig, LoraConfig, RewardModelConfig, TrainerConfig
 
 __all__ = [
     "CORPUS_DOMAIN", "SAMPLES_DIR", "TINY_MODELS", "BackendConfig", "BeforeAfterConfig", "CacheConfig", "CorpusConfig",
-    "DataConfig", "GRPOPolicyConfig", "JudgeConfig", "LoraConfig", "RewardModelConfig", "RunConfig", "RunSection",
-    "SamplingParams", "Section", "SpeakerConfig", "SpeakerRewardWeights", "Stage1Config", "TinyModelSpec",
+    "DataConfig", "DirectorConfig", "DirectorDPOConfig", "DirectorRewardWeights", "EpisodeConfig",
+    "GRPOPolicyConfig", "JudgeConfig", "LoraConfig", "RewardModelConfig", "RunConfig", "RunSection",
+    "SamplingParams", "Section", "SpeakerConfig", "SpeakerRewardWeights", "Stage1Config", "Stage2Config", "TinyModelSpec",
     "TrackingConfig", "TrainConfig", "TrainerConfig", "load_any", "load_config",
 ]

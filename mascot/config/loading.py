@@ -64,19 +64,28 @@ def file_problems(document: YamlDocument, config: RunConfig) -> list[Problem]:
                                          f"but data.domain is '{config.data.domain}'"))
     if config.data.users is not None:
         _load(problems, document, ("data", "users"), config.data.users, load_user_profiles)
-    rubric = _load(problems, document, ("stage1", "rubric"), config.stage1.rubric, load_rubric)
-    if rubric is not None and rubric.domain != config.data.domain:
-        problems.append(document.problem(("stage1", "rubric"), f"rubric {config.stage1.rubric} is for "
-                                         f"'{rubric.domain}', but data.domain is '{config.data.domain}'"))
-    if rubric is not None and config.stage1.aggregation == "mean" and config.stage1.margin > rubric.span:
-        problems.append(document.problem(("stage1", "margin"), (
-            f"no pair can reach a margin of {config.stage1.margin:g}: scores of rubric '{rubric.name}' run from "
-            f"{rubric.scale_min} to {rubric.scale_max}, so the largest gap is {rubric.span}; got {config.stage1.margin:g}")))
+    problems += _rubric_problems(document, config, "stage1", config.stage1)
+    if config.stage2 is not None:
+        problems += _rubric_problems(document, config, "stage2", config.stage2)
     for loc, corpus in [(("data", "corpus"), config.data.corpus),
                         *((("data", "held_out", i), c) for i, c in enumerate(config.data.held_out))]:
         problem = _corpus_problem(document, (*loc, "path"), corpus)
         if problem is not None:
             problems.append(problem)
+    return problems
+
+
+def _rubric_problems(document: YamlDocument, config: RunConfig, stage: str, section) -> list[Problem]:
+    """The stage's rubric loads, fits the domain, and leaves room for its margin."""
+    problems: list[Problem] = []
+    rubric = _load(problems, document, (stage, "rubric"), section.rubric, load_rubric)
+    if rubric is not None and rubric.domain != config.data.domain:
+        problems.append(document.problem((stage, "rubric"), f"rubric {section.rubric} is for "
+                                         f"'{rubric.domain}', but data.domain is '{config.data.domain}'"))
+    if rubric is not None and section.aggregation == "mean" and section.margin > rubric.span:
+        problems.append(document.problem((stage, "margin"), (
+            f"no pair can reach a margin of {section.margin:g}: scores of rubric '{rubric.name}' run from "
+            f"{rubric.scale_min} to {rubric.scale_max}, so the largest gap is {rubric.span}; got {section.margin:g}")))
     return problems
 
 
@@ -86,6 +95,11 @@ def machine_problems(document: YamlDocument, config: RunConfig) -> list[Problem]
                   for name, trainer in config.train.trainers.items() if trainer.bf16 and not trainer.use_cpu}
     backends = {("generation",): config.generation,
                 **{("stage1", "judges", i, "backend"): j.backend for i, j in enumerate(config.stage1.judges) if j.backend}}
+    if config.stage2 is not None:
+        backends |= {("stage2", role): b for role in ("director", "speaker", "user")
+                     if (b := getattr(config.stage2, role)) is not None}
+        backends |= {("stage2", "judges", i, "backend"): j.backend for i, j in enumerate(config.stage2.judges)
+                     if j.backend}
     wants_cuda |= {(*loc, "device"): (f"device '{b.device}' is a CUDA GPU", "device: auto or cpu")
                    for loc, b in backends.items() if b.kind == "transformers" and b.device.startswith("cuda")}
     if not wants_cuda or _cuda_visible():

@@ -16,6 +16,7 @@ from mascot.config.backends import BackendConfig
 from mascot.config.base import TINY_MODELS, ConfigPath, RunName, Section
 from mascot.config.data import DataConfig
 from mascot.config.stage1 import BeforeAfterConfig, SpeakerConfig, Stage1Config
+from mascot.config.stage2 import DirectorConfig, DirectorDPOConfig, Stage2Config
 from mascot.config.training import RewardModelConfig, TrainerConfig
 from mascot.yamlio import FieldError
 
@@ -31,10 +32,19 @@ class TrainConfig(Section):
     speaker: SpeakerConfig = Field(description="The GRPO Speaker (Stage 1).")
     before_after: BeforeAfterConfig = Field(default_factory=BeforeAfterConfig,
                                             description="The Speaker against its base policy on held-out prompts.")
+    group_rm: RewardModelConfig | None = Field(default=None, description="The group reward model (Stage 2).")
+    director: DirectorConfig | None = Field(default=None, description="The GRPO Director (Stage 2, the paper's "
+                                            "method).")
+    director_dpo: DirectorDPOConfig | None = Field(default=None, description="The DPO Director (Stage 2, an "
+                                                   "optional alternative to GRPO).")
+    director_eval: BeforeAfterConfig = Field(default_factory=BeforeAfterConfig,
+                                             description="The Director against its base policy on held-out states.")
 
     @property
     def trainers(self) -> dict[str, TrainerConfig]:
-        return {"persona_rm": self.persona_rm, "speaker": self.speaker}
+        named = {"persona_rm": self.persona_rm, "speaker": self.speaker, "group_rm": self.group_rm,
+                 "director": self.director, "director_dpo": self.director_dpo}
+        return {name: trainer for name, trainer in named.items() if trainer is not None}
 
 
 class TinyModelSpec(Section):
@@ -85,6 +95,7 @@ class RunConfig(Section):
     data: DataConfig
     generation: BackendConfig = Field(description="Backend that samples Speaker candidates.")
     stage1: Stage1Config
+    stage2: Stage2Config | None = Field(default=None, description="Stage 2: episodes, group judge, Director.")
     train: TrainConfig
     tiny: TinyModelSpec | None = Field(default=None, description="Needed when any model is 'tiny:lm' or 'tiny:rm'.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
@@ -97,6 +108,11 @@ class RunConfig(Section):
                 if ref in TINY_MODELS:
                     raise FieldError(loc, f"{ref} is a tiny offline model, so the config needs a 'tiny' section "
                                           "(the shape of the tiny models to build)")
+        if self.stage2 is not None:
+            for name in ("group_rm", "director"):
+                if getattr(self.train, name) is None:
+                    raise FieldError(("train", name), f"Stage 2 (the 'stage2' section) trains train.{name}, "
+                                                      "so the config needs that section")
         for trainer in self.train.trainers.values():  # a trainer without its own seed takes the run's
             if trainer.seed is None:
                 trainer.seed = self.run.seed
@@ -108,6 +124,13 @@ class RunConfig(Section):
         for index, judge in enumerate(self.stage1.judges):
             if judge.backend is not None:
                 refs[("stage1", "judges", index, "backend", "model")] = judge.backend.model
+        if self.stage2 is not None:
+            for role in ("director", "speaker", "user"):
+                if (backend := getattr(self.stage2, role)) is not None:
+                    refs[("stage2", role, "model")] = backend.model
+            for index, judge in enumerate(self.stage2.judges):
+                if judge.backend is not None:
+                    refs[("stage2", "judges", index, "backend", "model")] = judge.backend.model
         for name, trainer in self.train.trainers.items():
             refs[("train", name, "model")] = trainer.model
         return refs

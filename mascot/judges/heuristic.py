@@ -150,12 +150,12 @@ def _clip(value: float) -> float:
 
 # criterion id -> quality formula over the features and the settings. Meetings reuse the
 # persona-level formulas under their own ids where the criterion means the same thing.
-def _persona_fit(f: ReplyFeatures, s: HeuristicSettings) -> float:
+def persona_fit(f: ReplyFeatures, s: HeuristicSettings) -> float:
     lexicon = min(1.0, len(f.lexicon_hits) / s.lexicon_saturation)
     return f.hygiene * (0.5 * lexicon + 0.25 * f.question_fit + 0.25 * f.compliance)
 
 
-def _contribution(f: ReplyFeatures, s: HeuristicSettings) -> float:
+def contribution(f: ReplyFeatures, s: HeuristicSettings) -> float:
     lexicon = min(1.0, len(f.lexicon_hits) / s.lexicon_saturation)
     # New wording only counts as a contribution when it is about the conversation.
     on_topic = min(1.0, 2.0 * f.relevance)
@@ -170,13 +170,13 @@ FORMULAS: dict[str, Callable[[ReplyFeatures, HeuristicSettings], float]] = {
     "empathetic_support": lambda f, s: f.hygiene * (
         0.4 * min(1.0, len(f.warmth_hits) / s.warmth_saturation)
         + 0.2 * min(1.0, f.affect / s.affect_saturation) + 0.2 * f.tone_fit + 0.2 * f.relevance),
-    "persona_consistency": _persona_fit,
+    "persona_consistency": persona_fit,
     "response_relevance": lambda f, s: f.hygiene * (0.8 * f.relevance + 0.2 * f.addresses_person),
-    "social_contribution": _contribution,
+    "social_contribution": contribution,
     "faithfulness": lambda f, s: f.hygiene * (0.6 * f.grounded_share + 0.4 * 0.5 ** len(f.unsupported_numbers)),
-    "role_adherence": _persona_fit,
+    "role_adherence": persona_fit,
     "query_relevance": lambda f, s: f.hygiene * f.relevance,
-    "contribution": _contribution,
+    "contribution": contribution,
 }
 
 
@@ -221,7 +221,7 @@ def _phrase_in(phrase: str, text: str) -> bool:
     return re.search(rf"(?<![a-z']){re.escape(phrase)}(?![a-z'])", text) is not None
 
 
-def _trigrams(tokens: list[str]) -> list[tuple[str, ...]]:
+def trigrams(tokens: list[str]) -> list[tuple[str, ...]]:
     return [tuple(tokens[i:i + 3]) for i in range(len(tokens) - 2)]
 
 
@@ -248,7 +248,7 @@ def extract_features(item: JudgeItem, settings: HeuristicSettings = HeuristicSet
         f.length_fit = f.n_words / s.min_words
     else:
         f.length_fit = _clip(1.0 - max(0, f.n_words - s.max_words) / s.length_falloff)
-    grams = _trigrams(tokens)
+    grams = trigrams(tokens)
     f.repetition = 1.0 - len(set(grams)) / len(grams) if grams else 0.0
     f.boilerplate = [label for label, pattern in BOILERPLATE.items() if re.search(pattern, lower)]
     persona_name = re.escape(item.persona.name.lower())
@@ -290,7 +290,7 @@ def extract_features(item: JudgeItem, settings: HeuristicSettings = HeuristicSet
     f.relevance = 0.7 * min(1.0, len(f.shared_last) / s.overlap_saturation) + 0.3 * min(
         1.0, len(f.shared_history) / s.history_saturation)
     f.grounded_share = len(f.shared_history) / len(mine) if mine else 0.0
-    context_grams = set(_trigrams(context_tokens))
+    context_grams = set(trigrams(context_tokens))
     f.novelty = 1.0 - sum(g in context_grams for g in grams) / len(grams) if grams else 1.0
     f.substance = min(1.0, len(mine) / s.substance_saturation)
     f.unsupported_numbers = sorted(_number_tokens(tokens) - _number_tokens(context_tokens))

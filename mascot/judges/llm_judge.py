@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
@@ -25,7 +26,7 @@ from mascot.prompts import render
 from mascot.rubrics import Rubric
 
 # Our delimiter tags; the same text inside data would let a context close its own block.
-DELIMITER_TAG = re.compile(r"<(/?\s*(?:persona|context|candidate)\b)", re.IGNORECASE)
+DELIMITER_TAG = re.compile(r"<(/?\s*(?:persona|personas|context|candidate|block)\b)", re.IGNORECASE)
 EMPTY_REPLY = "(empty reply)"
 
 
@@ -127,6 +128,7 @@ class LLMJudge:
         name: str,
         max_attempts: int = 3,
         params: SamplingParams | None = None,
+        messages: Callable[[Rubric, Any], list[dict[str, str]]] | None = None,
     ):
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -136,6 +138,8 @@ class LLMJudge:
         self.max_attempts = max_attempts
         self.params = params or SamplingParams(temperature=0.0, max_new_tokens=768)
         self.response_format = judge_response_format(rubric)
+        # What is judged decides the prompt: one reply (Stage 1) or a block of a group's turns (Stage 2).
+        self.messages = messages or judge_messages
 
     def __repr__(self) -> str:
         return f"LLMJudge(name={self.name!r}, backend={self.backend!r}, max_attempts={self.max_attempts})"
@@ -146,7 +150,7 @@ class LLMJudge:
         return {"role": "user", "content": text}
 
     async def judge(self, item: JudgeItem, seed: int) -> Judgment:
-        messages = judge_messages(self.rubric, item)
+        messages = self.messages(self.rubric, item)
         error = "no attempt was made"
         for attempt in range(self.max_attempts):
             # A retry carries the invalid answer and the repair request, so it is a different

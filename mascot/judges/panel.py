@@ -20,13 +20,15 @@ from pydantic import BaseModel, ConfigDict
 
 from mascot.config import JudgeConfig
 from mascot.judges.base import Judge, JudgeItem, Judgment
+from mascot.judges.group import GroupHeuristicJudge, group_judge_messages
 from mascot.judges.heuristic import HeuristicJudge
-from mascot.judges.llm_judge import LLMJudge
+from mascot.judges.llm_judge import LLMJudge, judge_messages
 from mascot.llm import RequestCache, make_backend
 from mascot.queries import request_seed
 from mascot.rubrics import Rubric, load_rubric
 
 Aggregation = Literal["mean", "zscore"]
+Level = Literal["reply", "block"]  # what a panel judges: one persona's reply, or a block of the group's turns
 KEY = ["query_id", "candidate_idx"]
 
 
@@ -93,23 +95,27 @@ class PanelSpec(BaseModel):
 
     judges: list[JudgeConfig]
     rubric: Rubric
+    level: Level = "reply"
 
     @classmethod
-    def load(cls, judges: list[JudgeConfig], rubric: Path) -> PanelSpec:
-        return cls(judges=judges, rubric=load_rubric(rubric))
+    def load(cls, judges: list[JudgeConfig], rubric: Path, level: Level = "reply") -> PanelSpec:
+        return cls(judges=judges, rubric=load_rubric(rubric), level=level)
 
 
-def make_judge(config: JudgeConfig, rubric: Rubric, *, cache: RequestCache | None = None) -> Judge:
-    """The judge a config entry describes (its `tiny:` model, if any, already resolved to a folder)."""
+def make_judge(config: JudgeConfig, rubric: Rubric, *, cache: RequestCache | None = None,
+               level: Level = "reply") -> Judge:
+    """The judge a config entry describes (its `tiny:` model, if any, already resolved to a folder), for
+    one persona's reply (Stage 1) or a block of the group's turns (Stage 2)."""
     if config.kind == "heuristic":
-        return HeuristicJudge(rubric, name=config.label)
+        return HeuristicJudge(rubric, name=config.label) if level == "reply" else \
+            GroupHeuristicJudge(rubric, name=config.label)
     backend = make_backend(config.backend, cache=cache)
     return LLMJudge(backend, rubric, name=config.label, max_attempts=config.max_attempts,
-                    params=config.backend.params)
+                    params=config.backend.params, messages=judge_messages if level == "reply" else group_judge_messages)
 
 
 def make_panel(spec: PanelSpec, *, cache: RequestCache | None = None, aggregation: Aggregation = "mean") -> JudgePanel:
-    return JudgePanel([make_judge(c, spec.rubric, cache=cache) for c in spec.judges], aggregation)
+    return JudgePanel([make_judge(c, spec.rubric, cache=cache, level=spec.level) for c in spec.judges], aggregation)
 
 
 def frame_schema(rubric: Rubric) -> dict[str, pl.DataType]:

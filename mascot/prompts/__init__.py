@@ -30,9 +30,10 @@ def render(template: str, **variables) -> str:
     return _environment().get_template(template).render(**variables).strip()
 
 
-def speaker_messages(persona: Persona, context: Context) -> list[dict]:
-    """Chat messages asking `persona` for its next turn in `context`."""
-    system = render("speaker.j2", persona=persona, domain=context.domain)
+def speaker_messages(persona: Persona, context: Context, directive: object | None = None) -> list[dict]:
+    """Chat messages asking `persona` for its next turn in `context`, following the Director's
+    `directive` (its `instruction` and `tone`) when there is one."""
+    system = render("speaker.j2", persona=persona, domain=context.domain, directive=directive)
     history = [
         {"role": m.role, "content": f"{m.name}: {m.content}" if context.domain == "meetings" and m.name else m.content}
         for m in context.history

@@ -111,7 +111,7 @@ def resolve_tiny_models(config: RunConfig, progress: bool = True, *, trainers: b
     assert config.tiny is not None  # RunConfig validation guarantees it
     models = build_tiny_models(config.tiny, config.cache.root, progress)
     resolved = config.model_copy(deep=True)
-    for judge in resolved.stage1.judges:
+    for judge in [*resolved.stage1.judges, *(resolved.stage2.judges if resolved.stage2 else [])]:
         if judge.backend is not None and judge.backend.model in TINY_MODELS:
             judge.name = judge.label
     for loc, ref in refs.items():

@@ -11,17 +11,17 @@ from chat_server import make_app
 from loopback_servers import serve
 from test_cli import REPO
 
-from mascot.llm import normalize_messages
-from mascot.llm.openai_backend import OpenAIBackend
-from mascot.llm.structured import ReplyError
-from mascot.roster import load_roster
-from mascot.stage2.directives import (
-    Turn,
+from mascot.dialogue.directives import (
     direct,
     director_messages,
     least_recent_speaker,
     parse_directive,
 )
+from mascot.dialogue.turns import Turn
+from mascot.llm import normalize_messages
+from mascot.llm.openai_backend import OpenAIBackend
+from mascot.llm.structured import ReplyError
+from mascot.roster import load_roster
 
 ROSTER = load_roster(REPO / "configs" / "rosters" / "emotional_support.yaml")
 TURNS = [Turn("user", "I failed my exam and I feel stupid."), Turn("anchor", "That sounds really heavy."),

@@ -12,37 +12,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from mascot.config import SamplingParams
+from mascot.dialogue.turns import MAX_INSTRUCTION_CHARS, Directive, Turn
 from mascot.llm import LLMBackend
 from mascot.llm.structured import ReplyError, extract_json_object
 from mascot.prompts import render
 from mascot.roster import Persona, Roster
 
-MAX_INSTRUCTION_CHARS = 300
 FALLBACK_INSTRUCTION = "Continue the conversation in your role, building on what was said last."
-
-
-class Directive(BaseModel):
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
-
-    next_speaker: str = Field(min_length=1, description="A persona id of the active roster.")
-    instruction: str = Field(min_length=1, max_length=MAX_INSTRUCTION_CHARS, description="What to do next.")
-    tone: str | None = Field(default=None, max_length=80, description="How to sound, if it matters.")
-
-
-@dataclass(frozen=True)
-class Turn:
-    """One turn of a conversation, as the Director sees it: who spoke, and what they said."""
-
-    speaker: str  # a persona id, or "user"
-    text: str
 
 
 @dataclass(frozen=True)
 class DirectorReply:
     directive: Directive
+    seed: int  # of the first request; attempt k was seeded seed + k
     attempts: int
     fallback: bool  # the Director gave no valid directive; `error` says why
     error: str | None = None
@@ -105,11 +90,11 @@ async def direct(backend: LLMBackend, roster: Roster, turns: list[Turn], seed: i
         reply = (await backend.generate(messages, n=1, params=params, seed=seed + attempt,
                                         response_format=response_format))[0]
         try:
-            return DirectorReply(parse_directive(reply, roster), attempts=attempt + 1, fallback=False)
+            return DirectorReply(parse_directive(reply, roster), seed, attempts=attempt + 1, fallback=False)
         except ReplyError as exc:
             error = str(exc)
             repair = render("director_repair.j2", error=error, speakers=[p.id for p in active_personas(roster)])
             messages = [*messages, {"role": "assistant", "content": reply.strip() or "(empty reply)"},
                         {"role": "user", "content": repair}]
     fallback = Directive(next_speaker=least_recent_speaker(roster, turns), instruction=FALLBACK_INSTRUCTION)
-    return DirectorReply(fallback, attempts=max_attempts, fallback=True, error=error)
+    return DirectorReply(fallback, seed, attempts=max_attempts, fallback=True, error=error)

@@ -1,0 +1,73 @@
+"""Stage 2 in a config: episodes and branching, the group judge and pairs; the Director's trainers."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from mascot.config.backends import BackendConfig, JudgeConfig
+from mascot.config.base import ConfigPath, Section
+from mascot.config.training import GRPOPolicyConfig, LoraConfig, TrainerConfig
+
+
+class EpisodeConfig(Section):
+    """How an episode runs: a prefix of blocks, then a branch point where M directives are tried."""
+
+    block_turns: int = Field(default=3, ge=1, description="Companion turns per block (N).")
+    prefix_blocks: int = Field(default=1, ge=0, description="Blocks played before the branch point.")
+    user_turns: bool = Field(default=True, description="The simulated user replies after every block.")
+    branches: int = Field(default=4, ge=2, description="Alternative directives sampled at the branch point (M).")
+    max_directive_attempts: int = Field(default=3, ge=1, description="Director requests per turn before the "
+                                        "fallback (the least recent speaker) is used.")
+    contexts_per_shard: int = Field(default=8, ge=1, description="Episodes per cached generation shard.")
+
+
+class Stage2Config(Section):
+    director: BackendConfig = Field(description="The base Director that plays episodes (before training).")
+    speaker: BackendConfig | None = Field(
+        default=None, description="The Speaker that replies to directives; by default the Stage 1 Speaker adapter "
+        "(train.speaker.model with stage1/speaker) in this process. For a server, the served adapter's name.")
+    user: BackendConfig = Field(description="The simulated user.")
+    episodes: EpisodeConfig = Field(default_factory=EpisodeConfig)
+    margin: float = Field(default=0.5, ge=0.0, description="Minimum overall-score gap for a trajectory pair.")
+    rubric: ConfigPath = Field(description="Collective rubric YAML: the criteria of a whole block.")
+    judges: list[JudgeConfig] = Field(min_length=1, description="Group judge panel scoring every branch's block.")
+    aggregation: Literal["mean", "zscore"] = Field(default="mean", description="How the panel's scores combine.")
+    max_judge_failure_rate: float = Field(default=0.1, ge=0.0, le=1.0,
+                                          description="Fail the run when more judgments than this share fail.")
+
+
+class DirectorRewardWeights(Section):
+    group_rm: float = Field(default=1.0, ge=0, description="Weight of the group reward model's score of the block.")
+    format: float = Field(default=0.5, ge=0, description="Weight of the format reward: 1 for a valid directive.")
+
+    @model_validator(mode="after")
+    def _something_rewarded(self) -> DirectorRewardWeights:
+        if not any(self.model_dump().values()):
+            raise ValueError("every reward weight is 0, so GRPO would have nothing to learn from; give at least "
+                             "one a positive weight")
+        return self
+
+
+class DirectorConfig(GRPOPolicyConfig):
+    """The GRPO Director (the paper's method): a LoRA adapter rewarded by the group reward model's score
+    of the block its directive leads to, plus a small format reward for a valid directive."""
+
+    reward_weights: DirectorRewardWeights = Field(default_factory=DirectorRewardWeights,
+                                                  description="Weights of the reward terms.")
+    rollout_turns: int | None = Field(
+        default=None, ge=1, description="Turns rolled out after each sampled directive before the block is scored "
+        "(default: to the end of the block, stage2.episodes.block_turns).")
+
+
+class DirectorDPOConfig(TrainerConfig):
+    """TRL's DPOTrainer on a LoRA adapter over the stored directive pairs: an alternative to GRPO, not the
+    paper's method."""
+
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="The adapter that is trained.")
+    learning_rate: float = Field(default=5e-6, gt=0, description="Peak learning rate.")
+    epochs: float = Field(default=1.0, gt=0, description="Passes over the directive pairs (num_train_epochs).")
+    beta: float = Field(default=0.1, gt=0, description="DPO's temperature: how far the policy may move from the base.")
+    max_length: int = Field(default=2048, ge=16, description="Longest prompt + directive in tokens.")
+
