@@ -61,3 +61,27 @@ def paired_difference(before: Sequence[float], after: Sequence[float], confidenc
                          method="BCa", rng=np.random.default_rng(seed)).confidence_interval
     result["ci_low"], result["ci_high"] = float(interval.low), float(interval.high)
     return result
+
+
+def clustered_mean(values: Sequence[float], clusters: Sequence[str], confidence: float = 0.95,
+                   resamples: int = 2000, seed: int = 0) -> dict:
+    """A mean (a share, for 0/1 values) with a percentile bootstrap interval that resamples whole clusters.
+
+    Items of one cluster (the pairs of one context, the samples of one state) are not independent, so
+    an interval that resamples items is too narrow; this one resamples the clusters, with their items.
+    """
+    array = np.asarray(values, dtype=float)
+    result = {"value": None, "n": int(array.size), "clusters": 0, "ci_low": None, "ci_high": None,
+              "confidence": confidence, "method": "percentile bootstrap over clusters"}
+    if array.size == 0:
+        return result
+    if len(clusters) != array.size:
+        raise ValueError(f"{array.size} values but {len(clusters)} cluster labels")
+    labels, index = np.unique(np.asarray(clusters, dtype=str), return_inverse=True)
+    sums, counts = np.bincount(index, weights=array), np.bincount(index).astype(float)
+    result["value"], result["clusters"] = float(array.mean()), int(labels.size)
+    picks = np.random.default_rng(seed).integers(0, labels.size, size=(resamples, labels.size))
+    means = sums[picks].sum(axis=1) / counts[picks].sum(axis=1)
+    tail = (1 - confidence) / 2
+    result["ci_low"], result["ci_high"] = (float(q) for q in np.quantile(means, [tail, 1 - tail]))
+    return result

@@ -27,7 +27,7 @@ FALLBACK_INSTRUCTION = "Continue the conversation in your role, building on what
 @dataclass(frozen=True)
 class DirectorReply:
     directive: Directive
-    seed: int  # of the first request; attempt k was seeded seed + k
+    seed: int | None  # of the first request (attempt k was seeded seed + k); None for a given sample
     attempts: int
     fallback: bool  # the Director gave no valid directive; `error` says why
     error: str | None = None
@@ -96,5 +96,19 @@ async def direct(backend: LLMBackend, roster: Roster, turns: list[Turn], seed: i
             repair = render("director_repair.j2", error=error, speakers=[p.id for p in active_personas(roster)])
             messages = [*messages, {"role": "assistant", "content": reply.strip() or "(empty reply)"},
                         {"role": "user", "content": repair}]
-    fallback = Directive(next_speaker=least_recent_speaker(roster, turns), instruction=FALLBACK_INSTRUCTION)
-    return DirectorReply(fallback, seed, attempts=max_attempts, fallback=True, error=error)
+    return fallback_reply(roster, turns, seed, max_attempts, error)
+
+
+def fallback_reply(roster: Roster, turns: list[Turn], seed: int | None, attempts: int, error: str) -> DirectorReply:
+    """The documented fallback, flagged: the least recent speaker, with a generic instruction."""
+    directive = Directive(next_speaker=least_recent_speaker(roster, turns), instruction=FALLBACK_INSTRUCTION)
+    return DirectorReply(directive, seed, attempts=attempts, fallback=True, error=error)
+
+
+def read_reply(text: str, roster: Roster, turns: list[Turn], seed: int | None) -> DirectorReply:
+    """One sampled reply as written, without a retry: its directive, or the flagged fallback. GRPO and the
+    before/after comparison score a policy's samples this way."""
+    try:
+        return DirectorReply(parse_directive(text, roster), seed, attempts=1, fallback=False)
+    except ReplyError as exc:
+        return fallback_reply(roster, turns, seed, 1, str(exc))

@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from mascot.artifacts import Artifact, atomic_dir, dir_artifact, write_json, write_parquet
-from mascot.config import BackendConfig, BeforeAfterConfig, SamplingParams, SpeakerConfig
+from mascot.config import BeforeAfterConfig, SpeakerConfig
 from mascot.judges.panel import aggregate_scores
 from mascot.llm import make_backend, shared_cache
 from mascot.progress import cache_hits, shard_progress
@@ -25,19 +25,10 @@ from mascot.queries import Queries
 from mascot.stage1.candidates import sample_candidates
 from mascot.stage1.rewards import speaker_reward_weights, speaker_rewards
 from mascot.stats import describe, paired_difference
-from mascot.train.runtime import trainer_device
+from mascot.train.grpo import policy_backend
 
 POLICIES = ("base", "speaker")
 SCORES = ("reward", "persona_rm", "format", "conciseness", "judge")
-
-
-def policy_backend(speaker: SpeakerConfig, adapter: Path | None = None) -> BackendConfig:
-    """The Speaker's base model in this process, sampling as GRPO's rollouts did; with `adapter`, the trained one."""
-    params = SamplingParams(temperature=speaker.temperature, top_p=speaker.top_p,
-                            max_new_tokens=speaker.max_completion_length,
-                            chat_template_kwargs=speaker.chat_template_kwargs)
-    return BackendConfig(kind="transformers", model=speaker.model, adapter=adapter, device=trainer_device(speaker),
-                         params=params)
 
 
 def sample_policies(speaker: SpeakerConfig, compare: BeforeAfterConfig, held_out: Queries, adapter: Artifact,

@@ -149,12 +149,26 @@ def _interval(share: dict[str, Any]) -> str:
     return f"{share['value']:.1%} [{share['ci_low']:.1%}, {share['ci_high']:.1%}] (n={share['n']})"
 
 
-def reward_model_markdown(metrics: dict[str, Any]) -> list[str]:
+def clustered_interval(share: dict[str, Any]) -> str:
+    if not share["n"]:
+        return "n/a (n=0)"
+    return (f"{share['value']:.1%} [{share['ci_low']:.1%}, {share['ci_high']:.1%}] "
+            f"(n={share['n']} from {share['clusters']} clusters)")
+
+
+def accuracy_lines(held_out: dict[str, Any]) -> list[str]:
+    """Held-out pair accuracy, with the interval that resamples contexts first: pairs of one context are
+    not independent, so the Wilson interval over pairs is too narrow, and is shown second."""
+    return [(f"Held-out pair accuracy: {clustered_interval(held_out['accuracy_by_context'])}, 95% bootstrap interval "
+            "over contexts; chance is 50%."),
+            f"Wilson 95% interval over pairs, as if they were independent: {_interval(held_out['accuracy'])}."]
+
+
+def reward_model_markdown(metrics: dict[str, Any], title: str = "Persona reward model") -> list[str]:
     held_out, training = metrics["held_out"], metrics["training"]
     margin = held_out["margin"]
-    lines = ["## Persona reward model", "",
-             (f"Held-out pair accuracy: {_interval(held_out['accuracy'])}, Wilson 95% interval; chance is 50%. "
-             f"Training-pair accuracy: {_interval(metrics['train']['accuracy'])}."), "",
+    lines = [f"## {title}", "", *accuracy_lines(held_out), "",
+             f"Training-pair accuracy: {_interval(metrics['train']['accuracy'])}.", "",
              "| persona | held-out accuracy [95% CI] (n) |", "|---|---|"]
     lines += [f"| {persona} | {_interval(share)} |" for persona, share in held_out["by_persona"].items()]
     if margin["n"]:

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from mascot.artifacts import Artifact, atomic_dir, dir_artifact, write_json
-from mascot.config import GRPOPolicyConfig
+from mascot.config import BackendConfig, GRPOPolicyConfig, SamplingParams
 from mascot.torch_runtime import quiet_transformers, require_torch
 from mascot.train.lora import count_trainable_parameters, peft_lora_config
-from mascot.train.runtime import Resume, device_args, metrics_on_progress_bar, wandb_callbacks
+from mascot.train.runtime import Resume, device_args, metrics_on_progress_bar, trainer_device, wandb_callbacks
 
 RewardFunction = Callable[..., list[float]]
 
@@ -83,6 +83,15 @@ def train_grpo_policy(config: GRPOPolicyConfig, prompts: list[dict[str, Any]], r
         }, staging / "metrics.json")
     shutil.rmtree(checkpoints, ignore_errors=True)  # the finished adapter supersedes them
     return dir_artifact(out)
+
+
+def policy_backend(policy: GRPOPolicyConfig, adapter: Path | None = None) -> BackendConfig:
+    """The policy's base model in this process, sampling as GRPO's rollouts did; with `adapter`, the trained one."""
+    params = SamplingParams(temperature=policy.temperature, top_p=policy.top_p,
+                            max_new_tokens=policy.max_completion_length,
+                            chat_template_kwargs=policy.chat_template_kwargs)
+    return BackendConfig(kind="transformers", model=policy.model, adapter=adapter, device=trainer_device(policy),
+                         params=params)
 
 
 def _require_vllm() -> None:

@@ -23,7 +23,7 @@ from mascot.artifacts import Artifact, atomic_dir, dir_artifact, write_json
 from mascot.config import RewardModelConfig
 from mascot.data.contexts import held_out_ids
 from mascot.queries import context_ids
-from mascot.stats import describe, histogram, proportion
+from mascot.stats import clustered_mean, describe, histogram, proportion
 from mascot.torch_runtime import quiet_transformers, require_torch
 from mascot.train.runtime import (
     Resume,
@@ -155,9 +155,11 @@ def train_reward_model(config: RewardModelConfig, pairs: Artifact, contexts: Art
 
 def pair_accuracy(model: RewardModelScorer, pairs: pl.DataFrame, group_by: str, confidence: float = 0.95) -> dict:
     """Share of pairs where the chosen reply outscores the rejected one (ties count as wrong), with
-    Wilson intervals overall and per `group_by` value, and the distribution of reward margins."""
+    Wilson intervals overall and per `group_by` value, a bootstrap interval over contexts, and the
+    distribution of reward margins."""
     if pairs.is_empty():
-        return {"accuracy": proportion(0, 0, confidence), f"by_{group_by}": {}, "margin": describe([]),
+        return {"accuracy": proportion(0, 0, confidence), "accuracy_by_context": clustered_mean([], [], confidence),
+                f"by_{group_by}": {}, "margin": describe([]),
                 "margin_histogram": {"edges": [], "counts": []}}
     prompts = pairs["prompt"].to_list()
     chosen = model.score(prompts, pairs["chosen"].to_list())
@@ -168,5 +170,8 @@ def pair_accuracy(model: RewardModelScorer, pairs: pl.DataFrame, group_by: str, 
         for (group,), rows in sorted(scored.group_by(group_by), key=lambda item: item[0])
     }
     margins = scored["margin"].to_list()
+    correct = (scored["margin"] > 0).cast(pl.Float64).to_list()
     return {"accuracy": proportion(int((scored["margin"] > 0).sum()), scored.height, confidence),
+            # Pairs of one context are not independent: this interval resamples contexts, not pairs.
+            "accuracy_by_context": clustered_mean(correct, context_ids(pairs["query_id"]).to_list(), confidence),
             f"by_{group_by}": by_group, "margin": describe(margins), "margin_histogram": histogram(margins)}

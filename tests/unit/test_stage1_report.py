@@ -9,13 +9,14 @@ from mascot.stage1.report import (
     reward_model_markdown,
     speaker_markdown,
 )
-from mascot.stats import describe, histogram, paired_difference, proportion
+from mascot.stats import clustered_mean, describe, histogram, paired_difference, proportion
 
 
 def reward_model_metrics(held_out_n: int) -> dict:
     accuracy = proportion(held_out_n // 2, held_out_n)
     margins = [0.1 * i for i in range(held_out_n)]
-    return {"held_out": {"accuracy": accuracy, "by_persona": {"anchor": accuracy} if held_out_n else {},
+    clustered = clustered_mean([float(i % 2) for i in range(held_out_n)], [f"c{i % 4}" for i in range(held_out_n)])
+    return {"held_out": {"accuracy": accuracy, "accuracy_by_context": clustered, "by_persona": {"anchor": accuracy} if held_out_n else {},
                          "margin": describe(margins), "margin_histogram": histogram(margins) if margins else {}},
             "train": {"accuracy": proportion(9, 10)},
             "training": {"steps": 4, "train_pairs": 10, "held_out_pairs": held_out_n, "held_out_contexts": ["c1"]}}
@@ -23,7 +24,8 @@ def reward_model_metrics(held_out_n: int) -> dict:
 
 def test_reward_model_section_gives_every_accuracy_its_interval_and_n():
     text = "\n".join(reward_model_markdown(reward_model_metrics(8)))
-    assert "Held-out pair accuracy: 50.0% [" in text and "(n=8)" in text and "| anchor | 50.0% [" in text
+    assert "Held-out pair accuracy: 50.0% [" in text and "(n=8 from 4 clusters)" in text
+    assert "over pairs, as if they were independent: 50.0% [" in text and "| anchor | 50.0% [" in text
     assert "Training-pair accuracy: 90.0% [" in text and "(n=10)" in text
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mascot.stats import describe, paired_difference, proportion
+from mascot.stats import clustered_mean, describe, paired_difference, proportion
 
 
 def test_wilson_interval_matches_the_closed_form():
@@ -49,3 +49,22 @@ def test_describe_reports_n_and_spread():
     result = describe([1.0, 2.0, 3.0, 4.0])
     assert result["n"] == 4 and result["mean"] == 2.5 and result["sd"] == pytest.approx(np.std([1, 2, 3, 4], ddof=1))
     assert describe([])["n"] == 0 and describe([])["mean"] is None
+
+
+def test_a_clustered_interval_is_wider_than_one_that_treats_clustered_items_as_independent():
+    # Four contexts of 25 pairs each, each context all right or all wrong: really 4 observations, not 100.
+    values = [1.0] * 50 + [0.0] * 50
+    clusters = [f"c{i // 25}" for i in range(100)]
+    clustered = clustered_mean(values, clusters, resamples=4000)
+    wilson = proportion(50, 100)
+    assert clustered["value"] == 0.5 and clustered["n"] == 100 and clustered["clusters"] == 4
+    assert clustered["ci_high"] - clustered["ci_low"] > 2 * (wilson["ci_high"] - wilson["ci_low"])
+    # With every item its own cluster, it agrees with the usual interval.
+    independent = clustered_mean(values, [str(i) for i in range(100)], resamples=4000)
+    assert abs(independent["ci_low"] - wilson["ci_low"]) < 0.05
+
+
+def test_a_clustered_mean_of_nothing_is_not_available_and_mismatched_labels_fail():
+    assert clustered_mean([], [])["value"] is None
+    with pytest.raises(ValueError, match="2 values but 1 cluster labels"):
+        clustered_mean([1.0, 0.0], ["a"])
