@@ -56,20 +56,77 @@ def run_stage1(
             loaded = loaded.renamed(run_name)
         except ValidationError as exc:
             fail(f"--run-name {run_name!r}: {exc.errors()[0]['msg'].replace('String should', 'should')}")
-    start_stage1(config, loaded, run_name, until.value, refresh)
+    start_stage("stage1", config, loaded, run_name, until.value, refresh)
 
 
-def start_stage1(config: Path, loaded: RunConfig, run_name: str | None, until: str, refresh: bool) -> None:
-    """Run the stage 1 flow of a validated config, and say where its artifacts are, or where it stopped."""
+class DirectorMethod(str, Enum):
+    grpo = "grpo"
+    dpo = "dpo"
+
+
+@run_app.command("stage2")
+def run_stage2(
+    config: ConfigOption,
+    run_name: Annotated[str | None, typer.Option(help="Override run.name (the run directory's name).")] = None,
+    director_method: Annotated[DirectorMethod, typer.Option(
+        help="How the Director is trained: 'grpo' (default, the paper's method: GRPO against the group reward "
+             "model) or 'dpo' (an alternative, NOT the paper's method: DPO over the branches' directive "
+             "pairs).")] = DirectorMethod.grpo,
+    refresh: Annotated[bool, typer.Option(
+        help="Recompute every step instead of reusing cached results. LLM requests are still answered by "
+             "the request cache; training runs again.")] = False,
+):
+    """Stage 2: branched episodes, the group judge and trajectory pairs; the group reward model; the Director.
+
+    Reads the contexts and the Speaker of the same run's finished Stage 1 (same config and run name).
+    Reruns skip every cached step; a killed run resumes where it stopped, without repeating an LLM
+    request. Artifacts go to <run.output_dir>/<run name>/stage2/, with report.md and summary.json.
+    The Prefect server is chosen as for `mascot run stage1`.
+    """
+    loaded = load(config, check_machine=True)
+    if loaded.stage2 is None:
+        fail(f"{config} has no 'stage2' section, so there is no Stage 2 to run; configs/tiny.yaml has one to copy")
+    if director_method is DirectorMethod.dpo and loaded.train.director_dpo is None:
+        fail(f"--director-method dpo trains train.director_dpo, which {config} does not have; configs/tiny.yaml "
+             "has one to copy")
+    if run_name is not None:
+        try:
+            loaded = loaded.renamed(run_name)
+        except ValidationError as exc:
+            fail(f"--run-name {run_name!r}: {exc.errors()[0]['msg'].replace('String should', 'should')}")
+    from mascot.artifacts import ArtifactChanged, RunDir
+
+    needed = ["stage1/contexts"] + (["stage1/speaker"] if loaded.stage2.speaker is None else [])
+    try:
+        for name in needed:  # the flow checks the same; here it fails before Prefect starts
+            RunDir(loaded.run_dir).recorded(name, "stage 2")
+    except (FileNotFoundError, ArtifactChanged) as exc:
+        fail(str(exc))
+    start_stage("stage2", config, loaded, run_name, director_method.value, refresh)
+
+
+def start_stage(stage: str, config: Path, loaded: RunConfig, run_name: str | None, step: str, refresh: bool) -> None:
+    """Run a stage's flow on a validated config, and say where its artifacts are, or where it stopped.
+
+    `step` is Stage 1's last step (`until`) or Stage 2's Director method."""
     for name, value in PREFECT_DEFAULTS.items():
         os.environ.setdefault(name, value)
     server = prefect_server()
     from prefect import tags
 
     from flows.failures import StageFailed
-    from flows.stage1 import stage1  # Prefect's import overlaps a temporary server's start
     from mascot.artifacts import RunDir
     from mascot.llm.factory import preload
+
+    # Prefect's import overlaps a temporary server's start.
+    if stage == "stage1":
+        from flows.stage1 import stage1 as flow
+
+        parameters, label = {"until": step}, f"until {step}"
+    else:
+        from flows.stage2 import stage2 as flow
+
+        parameters, label = {"director_method": step}, f"director method {step}"
 
     try:
         server.wait()
@@ -77,15 +134,16 @@ def start_stage1(config: Path, loaded: RunConfig, run_name: str | None, until: s
         fail(str(exc))
     console.print(server.describe(), highlight=False, soft_wrap=True)
     # The backend's SDK loads while Prefect sets the flow run up, rather than before the first request.
-    threading.Thread(target=preload, args=(loaded.generation,), daemon=True).start()
+    first_backend = loaded.generation if stage == "stage1" else loaded.stage2.director
+    threading.Thread(target=preload, args=(first_backend,), daemon=True).start()
     try:
         # Tags find runs by profile (the config file's name) and domain in the UI and `prefect flow-run ls`.
         with tags(f"profile:{config.stem}", f"domain:{loaded.data.domain}"):
-            artifacts = stage1(str(config), run_name=run_name, until=until, refresh=refresh)
+            artifacts = flow(str(config), run_name=run_name, refresh=refresh, **parameters)
     except StageFailed as exc:  # it names the step, the cause and the resume command
         fail(str(exc), code=1)
     run = RunDir(loaded.run_dir)
-    console.print(f"[green]stage 1 done[/green] (until {until}): {run.root}", highlight=False)
+    console.print(f"[green]{stage.replace('stage', 'stage ')} done[/green] ({label}): {run.root}", highlight=False)
     for name, artifact in artifacts.items():
         console.print(f"  {name:<20} {run.contract_path(name, artifact)}", highlight=False, soft_wrap=True)
     # Python's last garbage collection at exit walks every object Prefect and pydantic made, 0.7 s on a
@@ -112,6 +170,6 @@ def resume(run_dir: Annotated[Path, typer.Argument(help="The run directory, <run
         fail(f"{config} changed since {run_dir} ran it, so resuming would run another config. Run it with "
              f"`mascot run {request['stage']} --config {config} --run-name {request['run_name']}`, or restore "
              "the file (the manifest holds the config the run used).")
-    console.print(f"resuming {request['stage']} of {run_dir} (until {request['until']}) from {config}",
+    console.print(f"resuming {request['stage']} of {run_dir} ({request['until']}) from {config}",
                   highlight=False)
-    start_stage1(config, loaded, request["run_name"], request["until"], refresh=False)
+    start_stage(request["stage"], config, loaded, request["run_name"], request["until"], refresh=False)

@@ -212,6 +212,18 @@ class RunDir:
                 recorded[name] = {"path": str(contract.relative_to(self.root)), "sha256": artifact.sha256,
                                   "file": str(artifact.path.relative_to(self.root))}
 
+    def recorded(self, name: str, needed_by: str) -> Artifact:
+        """An artifact a finished step recorded (`stage1/speaker`, say), checked against its hash."""
+        manifest = json.loads(self.manifest.read_text()) if self.manifest.exists() else {}
+        entry = manifest.get("artifacts", {}).get(name)
+        if entry is None:
+            stage = name.split("/")[0]
+            raise FileNotFoundError(f"{needed_by} reads {name} of run {self.root}, which has none: run {stage} of "
+                                    f"this run first (`mascot run {stage}` with the same config and run name)")
+        artifact = Artifact(path=self.root / entry["file"], sha256=entry["sha256"])
+        artifact.verified()
+        return artifact
+
     def start(self, config: BaseModel, config_path: Path | None = None, *, stage: str | None = None,
               until: str | None = None) -> None:
         """Write the run's identity to the manifest: config, its hash, package versions, git commit, and

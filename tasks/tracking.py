@@ -16,6 +16,7 @@ from mascot.artifacts import Artifact
 from mascot.llm import shared_cache
 from mascot.rubrics import Rubric
 from mascot.stage1 import report
+from mascot.stage2 import report as stage2_report
 from tasks.caching import CACHED, keyed
 from tasks.failures import REPORTED
 
@@ -43,4 +44,21 @@ def report_stage1(run_name: str, rubric: Rubric, artifacts: dict[str, Artifact],
                               description="Base policy vs trained Speaker on held-out prompts (paired bootstrap)")
     create_markdown_artifact(key=f"{key}-summary", markdown=written["stage1/report"].path.read_text(),
                              description=f"Stage 1 report of run {run_name}")
+    return written
+
+
+@task(**CACHED, **REPORTED)
+def report_stage2(run_name: str, rubric: Rubric, method: str, artifacts: dict[str, Artifact], requests: Path,
+                  out: Path) -> dict[str, Artifact]:
+    stats = shared_cache(requests).stats().as_dict()
+    summary, written = stage2_report.write_report(rubric, method, artifacts, stats, keyed(out))
+    key = f"{run_name}-stage2".lower().replace("_", "-").replace(".", "-")
+    if "group_rm" in summary:
+        held_out = summary["group_rm"]["held_out"]
+        create_table_artifact(key=f"{key}-group-rm-accuracy", description="Held-out pair accuracy (bootstrap over "
+                              "contexts first, then Wilson over pairs)",
+                              table=[{"interval": "by context", **held_out["accuracy_by_context"]},
+                                     {"interval": "Wilson", **held_out["accuracy"]}])
+    create_markdown_artifact(key=f"{key}-summary", markdown=written["stage2/report"].path.read_text(),
+                             description=f"Stage 2 report of run {run_name}")
     return written

@@ -1,6 +1,7 @@
 """A simulated OpenAI-compatible chat server: reproducible completions, decode-like latency, counters.
 
-    python tests/chat_server.py --port 8123 [--host 127.0.0.1] [--seconds-per-token 0.03] [--model NAME]
+    python tests/chat_server.py --port 8123 [--host 127.0.0.1] [--seconds-per-token 0.03]
+                                [--seconds-per-request 0] [--model NAME]
 
 It stands in for a vLLM server where a benchmark (benchmarks/overhead.py) and the tests need one
 that costs no GPU. Three things make it useful there:
@@ -9,13 +10,18 @@ that costs no GPU. Three things make it useful there:
   by sha256 of the canonical JSON of (messages, seed, i, temperature, top_p, max_tokens). The same
   request always gets the same completions, in any process, so two clients that send the same
   requests can be compared text for text. Like vLLM, it honours `n`.
-- Decode-like latency: every request sleeps `max_tokens * seconds_per_token` once before
+- Structured output: a request with an OpenAI-style `response_format` of type `json_schema` gets a
+  JSON object that the schema accepts (enums, integer ranges, nullable strings, required keys),
+  drawn from the same seeded generator, as vLLM's guided decoding would return.
+- Latency: every request sleeps `seconds_per_request + max_tokens * seconds_per_token` once before
   answering, whatever `n` is (a batched decode), without blocking the event loop, so any number of
-  requests can be in flight at once and the client's concurrency decides the wall time.
+  requests can be in flight at once and the client's concurrency decides the wall time. A fixed
+  per-request latency is what a hosted API looks like from outside.
 - Counting: `GET /stats` says how many requests came, how many are in flight now and at most, when
   the first arrived and the last was answered (time.time()), how many repeated an earlier
   request's body exactly, and how many were answered, again for a body answered before (a request
-  paid for twice; one cut off by a shutdown was never answered). `POST /stats/reset` zeroes it
+  paid for twice; one cut off by a shutdown, or whose client was gone when its answer was ready, was
+  never answered: like vLLM, the server aborts a request whose client disconnected). `POST /stats/reset` zeroes it
   all. One event loop serves every request, so the counters are exact without locks.
 
 Other endpoints: `GET /health` and `GET /v1/models`. Importable from tests (`from chat_server
@@ -59,12 +65,38 @@ VOCABULARY = tuple(_WORDS.split())
 
 
 def completion_text(messages: object, seed: object, index: int, temperature: object, top_p: object,
-                    max_tokens: int) -> str:
-    """Choice `index` of a request: `max_tokens` vocabulary words, the same for the same inputs."""
+                    max_tokens: int, schema: dict | None = None) -> str:
+    """Choice `index` of a request: `max_tokens` vocabulary words, or a JSON object valid under `schema`,
+    the same for the same inputs."""
     key = json.dumps([messages, seed, index, temperature, top_p, max_tokens], sort_keys=True,
                      separators=(",", ":"), ensure_ascii=False)
     rng = random.Random(int.from_bytes(hashlib.sha256(key.encode()).digest(), "big"))
+    if schema is not None:
+        return json.dumps(structured_value(schema, rng, max_tokens))
     return " ".join(rng.choice(VOCABULARY) for _ in range(max_tokens))
+
+
+def structured_value(schema: dict, rng: random.Random, max_tokens: int) -> object:
+    """A value the JSON schema accepts: the subset of JSON Schema that OpenAI's strict mode allows."""
+    if "enum" in schema:
+        return rng.choice(schema["enum"])
+    kind = schema.get("type", "string")
+    if isinstance(kind, list):  # ["string", "null"]: mostly the first, sometimes null
+        kind = kind[0] if "null" not in kind or rng.random() < 0.7 else "null"
+    if kind == "object":
+        return {name: structured_value(sub, rng, max_tokens) for name, sub in schema.get("properties", {}).items()}
+    if kind == "integer":
+        return rng.randint(schema.get("minimum", 0), schema.get("maximum", 100))
+    if kind == "number":
+        return round(rng.uniform(schema.get("minimum", 0.0), schema.get("maximum", 1.0)), 3)
+    if kind == "boolean":
+        return rng.random() < 0.5
+    if kind == "null":
+        return None
+    if kind == "array":
+        return [structured_value(schema.get("items", {}), rng, max_tokens) for _ in range(rng.randint(1, 3))]
+    text = " ".join(rng.choice(VOCABULARY) for _ in range(max(1, min(max_tokens, 12))))
+    return text[:schema["maxLength"]] if "maxLength" in schema else text
 
 
 @dataclass
@@ -77,6 +109,7 @@ class Stats:
     repeated: int = 0
     answered: int = 0
     answered_again: int = 0  # answers to a body answered before: a request paid for twice
+    abandoned: int = 0  # requests whose client was gone (killed, say) when the answer was ready
     seen: set[str] = field(default_factory=set)
     answered_bodies: set[str] = field(default_factory=set)
 
@@ -88,7 +121,7 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": "invalid_request_error"}}, status_code=status)
 
 
-def make_app(model: str = DEFAULT_MODEL, seconds_per_token: float = 0.03) -> FastAPI:
+def make_app(model: str = DEFAULT_MODEL, seconds_per_token: float = 0.03, seconds_per_request: float = 0.0) -> FastAPI:
     """The server's app; its counters are `app.state.stats`."""
     app = FastAPI(title="simulated chat server")
     app.state.stats = Stats()
@@ -133,13 +166,20 @@ def make_app(model: str = DEFAULT_MODEL, seconds_per_token: float = 0.03) -> Fas
         if stats.first_request_at is None:
             stats.first_request_at = time.time()
         try:
-            await asyncio.sleep(max_tokens * seconds_per_token)  # one batched decode for all n choices
+            # One batched decode for all n choices.
+            await asyncio.sleep(seconds_per_request + max_tokens * seconds_per_token)
+            if await request.is_disconnected():  # as vLLM does, a request whose client is gone is aborted
+                stats.abandoned += 1
+                return _error(499, "the client closed the connection")
             messages, seed = body["messages"], body.get("seed")
             temperature, top_p = body.get("temperature"), body.get("top_p")
+            response_format = body.get("response_format") or {}
+            schema = response_format.get("json_schema", {}).get("schema") \
+                if response_format.get("type") == "json_schema" else None
             choices = [
-                {"index": i, "finish_reason": "length", "logprobs": None,
+                {"index": i, "finish_reason": "stop" if schema else "length", "logprobs": None,
                  "message": {"role": "assistant", "content": completion_text(messages, seed, i, temperature, top_p,
-                                                                             max_tokens)}}
+                                                                             max_tokens, schema)}}
                 for i in range(n)
             ]
             prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages if isinstance(m, dict))
@@ -167,9 +207,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True, help="port to listen on")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--seconds-per-token", type=float, default=0.03, help="simulated decode time per token")
+    parser.add_argument("--seconds-per-request", type=float, default=0.0, help="fixed latency of every request")
     parser.add_argument("--model", default=DEFAULT_MODEL, help="the served model name")
     args = parser.parse_args()
-    app = make_app(args.model, args.seconds_per_token)
+    app = make_app(args.model, args.seconds_per_token, args.seconds_per_request)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
 
 

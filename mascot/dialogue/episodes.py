@@ -71,7 +71,19 @@ def companion_messages(persona: Persona, roster: Roster, context: Context, turns
         else:
             label = "" if turn.speaker == USER else f"{roster.get(turn.speaker).name}: "
             messages.append({"role": "user", "content": label + turn.text})
-    return messages
+    return alternating(messages)
+
+
+def alternating(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Consecutive messages of one role joined into one: several people may speak between two turns of
+    a persona, and many chat templates refuse (or models misread) two user messages in a row."""
+    merged: list[dict[str, str]] = []
+    for message in messages:
+        if merged and merged[-1]["role"] == message["role"] != "system":
+            merged[-1] = {"role": message["role"], "content": f"{merged[-1]['content']}\n{message['content']}"}
+        else:
+            merged.append(message)
+    return merged
 
 
 def describe_big_five(traits: BigFive) -> str:
@@ -93,7 +105,7 @@ def user_messages(profile: UserProfile | None, roster: Roster, context: Context,
         else:
             label = roster.get(turn.speaker).name if turn.role == "companion" else turn.speaker
             messages.append({"role": "user", "content": f"{label}: {turn.text}"})
-    return messages
+    return alternating(messages)
 
 
 async def companion_turn(cast: Cast, episode: Episode, turns: list[Turn], path: str,

@@ -69,7 +69,7 @@ def stage1_summary(rubric: Rubric, contexts: pl.DataFrame, candidates: pl.DataFr
             "examples": failures["error"].head(3).to_list(),
         },
         "scores": {
-            column: _distribution(ok[column]) for column in [*criteria, "overall"]
+            column: score_distribution(ok[column]) for column in [*criteria, "overall"]
         },
         "scores_by_persona": by_persona.to_dicts(),
         "pairs": pairs_summary(pairs, n_queries),
@@ -78,7 +78,7 @@ def stage1_summary(rubric: Rubric, contexts: pl.DataFrame, candidates: pl.DataFr
     }
 
 
-def _distribution(values: pl.Series) -> dict[str, Any]:
+def score_distribution(values: pl.Series) -> dict[str, Any]:
     array = values.drop_nulls().to_numpy()
     if array.size == 0:
         return {"n": 0, "mean": None, "sd": None, "histogram": {"edges": [], "counts": []}}

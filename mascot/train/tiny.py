@@ -3,19 +3,22 @@
 Nothing is downloaded. The builder trains a byte-level BPE tokenizer with a Qwen-style chat
 template on text the project ships (sample dialogues, rosters, prompt templates), creates a small
 `Qwen3ForCausalLM`, warm-starts it briefly on the training-split sample dialogues so that it
-samples word-like text, and derives a `Qwen3ForSequenceClassification` reward model from it (as
-the paper derives its reward models from Qwen3-0.6B). Held-out corpora are never used.
+samples word-like text (and directive-shaped JSON after the Director's prompt), and derives a
+`Qwen3ForSequenceClassification` reward model from it (as the paper derives its reward models from
+Qwen3-0.6B). Held-out corpora are never used.
 
 The result is deterministic for a spec and cached under `<cache>/tiny-models/<input hash>/`; it
-is rebuilt only when the spec, the shipped text, this file or the torch/transformers versions
-change. Both directories are ordinary Hugging Face model folders loaded by `from_pretrained`, so
+is rebuilt only when the spec, the shipped text, the code that renders the prompts or the
+torch/transformers versions change. Both directories are ordinary Hugging Face model folders loaded by `from_pretrained`, so
 the code that loads them is the code that loads `Qwen/Qwen3-8B` on a GPU machine.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -23,8 +26,11 @@ from pathlib import Path
 
 from mascot.config import SAMPLES_DIR, TINY_MODELS, RunConfig, TinyModelSpec
 from mascot.data import load_contexts
+from mascot.data.context import Context
+from mascot.dialogue.directives import director_messages
+from mascot.dialogue.turns import opening_turns
 from mascot.prompts import TEMPLATES_DIR, speaker_messages
-from mascot.roster import load_roster
+from mascot.roster import Roster, load_roster
 from mascot.torch_runtime import quiet_transformers, require_torch
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
@@ -40,6 +46,10 @@ CHAT_TEMPLATE = (
 WARM_START_CORPORA = [("empathetic_dialogues", "empathetic_dialogues"), ("qmsum", "qmsum")]
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 ROSTERS_DIR = PROJECT_ROOT / "configs" / "rosters"
+PACKAGE = Path(__file__).resolve().parents[1]
+# This file and the code that turns shipped text into the warm start's prompts.
+PROMPT_CODE = [Path(__file__), PACKAGE / "prompts" / "__init__.py", PACKAGE / "dialogue" / "directives.py",
+               PACKAGE / "dialogue" / "turns.py"]
 SHIPPED_TEXT_GLOBS = [(SAMPLES_DIR, "**/*"), (TEMPLATES_DIR, "*.j2"), (ROSTERS_DIR, "*.yaml")]
 
 
@@ -65,7 +75,8 @@ def input_hash(spec: TinyModelSpec) -> str:
 
     digest = hashlib.sha256()
     digest.update(spec.model_dump_json().encode())
-    digest.update(Path(__file__).read_bytes())
+    for module in PROMPT_CODE:
+        digest.update(module.read_bytes())
     digest.update(f"torch={torch.__version__} transformers={transformers.__version__}".encode())
     for name, path in _shipped_files():
         digest.update(name.encode())
@@ -128,13 +139,14 @@ def _section_at(config: RunConfig, loc: tuple):
 
 
 def _training_dialogues() -> list[list[dict]]:
-    """Stage 1-shaped examples: a persona's speaker prompt, the context, then a real next turn.
+    """Stage 1-shaped examples: a persona's speaker prompt, the context, then a real next turn; and
+    Stage 2-shaped ones: the Director's prompt over the context, then a directive.
 
     Empathetic Dialogues contexts are answered by the listener turn that followed them; a meeting
     window is answered by its own last turn. Personas take turns in roster order, so the tiny model
     sees every persona prompt and learns which domain's register follows which prompt.
     """
-    rosters = {roster.domain: roster.active for roster in map(load_roster, sorted(ROSTERS_DIR.glob("*.yaml")))}
+    rosters = {roster.domain: roster for roster in map(load_roster, sorted(ROSTERS_DIR.glob("*.yaml")))}
     missing = {"emotional_support", "meetings"} - set(rosters)
     if missing:
         raise FileNotFoundError(f"tiny models are built from the rosters in {ROSTERS_DIR}, which lacks a roster "
@@ -142,7 +154,7 @@ def _training_dialogues() -> list[list[dict]]:
     dialogues = []
     for source, folder in WARM_START_CORPORA:
         for index, context in enumerate(load_contexts(source, SAMPLES_DIR / folder, split="train")):
-            personas = rosters[context.domain]
+            personas = rosters[context.domain].active
             history, reply = context.history, context.metadata.get("reference_response")
             if reply is None:
                 history, reply = history[:-1], history[-1].content
@@ -150,7 +162,21 @@ def _training_dialogues() -> list[list[dict]]:
                 continue
             prompt = speaker_messages(personas[index % len(personas)], context.model_copy(update={"history": history}))
             dialogues.append([*prompt, {"role": "assistant", "content": reply}])
+            dialogues.append(_directive_example(rosters[context.domain], context, index))
     return dialogues
+
+
+def _directive_example(roster: Roster, context: Context, index: int) -> list[dict]:
+    """The Director's prompt over a context, answered by a directive-shaped JSON line: a persona of the
+    roster and one of its own style rules as the instruction. Only the shape is taught; which persona
+    fits which moment is left for Stage 2's training to find, so the choice here cycles."""
+    personas = roster.active
+    persona = personas[(index // 2 + index) % len(personas)]
+    # The first clause of one of its style rules: directive instructions are one short sentence.
+    rule = re.split(r"[;,:]", persona.style_rules[index % len(persona.style_rules)])[0].strip().rstrip(".") + "."
+    tone = None if index % 3 else persona.role
+    directive = json.dumps({"next_speaker": persona.id, "instruction": rule, "tone": tone})
+    return [*director_messages(roster, opening_turns(context)), {"role": "assistant", "content": directive}]
 
 
 def _build_tokenizer(spec: TinyModelSpec, dialogues: list[list[dict]]):

@@ -1,0 +1,116 @@
+"""Stage 2, collaborative dialogue: branched episodes -> group judge -> trajectory pairs -> group reward
+model -> Director (GRPO, or DPO) -> the Director before/after on held-out states.
+
+    mascot run stage2 --config configs/tiny.yaml [--director-method grpo|dpo] [--refresh]
+
+It reads the contexts and the Speaker adapter of the same run's finished Stage 1. Episodes are
+generated in shards, all in flight at once under each backend's one limit for the whole flow run;
+each shard is a cached task, and every request goes through the request cache, so a killed run
+resumes without repeating a request. GRPO against the group reward model is the default and the
+paper's method; `dpo` trains the Director on the branches' directive pairs instead, an alternative
+that is not the paper's method. Both are evaluated the same way. One wandb run per flow run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from prefect import flow
+from prefect.runtime import flow_run
+from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, PREFECT_TASKS_REFRESH_CACHE, temporary_settings
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from flows.failures import completed, stopped_at_step
+from mascot import tracking
+from mascot.artifacts import Artifact, RunDir
+from mascot.config import load_config
+from mascot.judges.panel import PanelSpec
+from mascot.roster import load_roster, load_user_profiles
+from mascot.stage2.branching import CastSpec, Contexts
+from mascot.train.grpo import policy_backend
+from mascot.train.tiny import resolve_tiny_models
+from tasks import stage2 as steps
+from tasks.tracking import report_stage2
+
+DirectorMethod = Literal["grpo", "dpo"]
+WORKERS = 16  # as in Stage 1: threads wait on the backends' limits, and tasks only wait on earlier tasks
+
+
+def flow_run_name() -> str:
+    parameters = flow_run.parameters
+    return f"stage2/{parameters.get('run_name') or load_config(parameters['config_path']).run.name}"
+
+
+@flow(name="stage2", flow_run_name=flow_run_name, task_runner=ThreadPoolTaskRunner(max_workers=WORKERS))
+def stage2(config_path: str, run_name: str | None = None, director_method: DirectorMethod = "grpo",
+           refresh: bool = False) -> dict[str, Artifact]:
+    """Run Stage 2 of a config on its finished Stage 1; returns the artifacts written.
+
+    `director_method`: "grpo" (default, the paper's method) or "dpo" (an alternative, not the paper's).
+    `refresh` recomputes every cached step (LLM requests are still answered by the request cache).
+    """
+    config = load_config(config_path)
+    if run_name:
+        config = config.renamed(run_name)
+    if config.stage2 is None:
+        raise ValueError(f"{config_path} has no 'stage2' section, so there is no Stage 2 to run; see "
+                         "configs/tiny.yaml for one")
+    if director_method == "dpo" and config.train.director_dpo is None:
+        raise ValueError(f"--director-method dpo trains train.director_dpo, which {config_path} does not have")
+    run = RunDir(config.run_dir)
+    contexts = run.recorded("stage1/contexts", "stage 2")
+    # Without a Speaker server, the Speaker is the Stage 1 adapter, in this process.
+    adapter = run.recorded("stage1/speaker", "stage 2's Speaker") if config.stage2.speaker is None else None
+    run.start(config, Path(config_path), stage="stage2", until=director_method)
+    cache = {PREFECT_LOCAL_STORAGE_PATH: run.prefect_results, PREFECT_TASKS_REFRESH_CACHE: refresh}
+
+    with temporary_settings(updates=cache), stopped_at_step("stage 2", run.root):
+        config = resolve_tiny_models(config)
+        seed, requests, train, stage = config.run.seed, config.cache.requests, config.train, config.stage2
+        speaker = stage.speaker or policy_backend(train.speaker, adapter.path)
+        roster = load_roster(config.data.roster)
+        users = load_user_profiles(config.data.users).profiles if config.data.users else []
+        cast = CastSpec(roster=roster, director=stage.director, speaker=speaker, user=stage.user,
+                        profiles=users, max_directive_attempts=stage.episodes.max_directive_attempts)
+        panel = PanelSpec.load(stage.judges, stage.rubric, level="block")
+        ids = contexts.read_parquet()["context_id"].to_list()
+        size = stage.episodes.contexts_per_shard
+        shards = [steps.generate_episodes.submit(cast, stage.episodes, seed, Contexts(contexts=contexts,
+                                                                                       ids=ids[i:i + size]),
+                                                 requests, run.shard("stage2", "episodes", i // size))
+                  for i in range(0, len(ids), size)]
+        with tracking.wandb_run(config, "stage2"):
+            episodes = steps.merge_episodes(completed(shards), run.path("stage2", "episodes.parquet"))
+            judgments = steps.judge_blocks(panel, roster, seed, episodes, contexts, requests,
+                                           run.path("stage2", "judgments.parquet"))
+            pairs = steps.build_group_pairs(stage, roster, episodes, contexts, judgments,
+                                            run.path("stage2", "pairs.parquet"))
+            artifacts = {"stage2/episodes": episodes, "stage2/judgments": judgments, "stage2/pairs": pairs}
+            run.record(artifacts)
+
+            artifacts["stage2/group_rm"] = group_rm = steps.train_group_rm(train.group_rm, pairs, contexts,
+                                                                             run.path("stage2", "group_rm"))
+            run.record(artifacts)
+            if director_method == "grpo":
+                director = steps.train_director(train.director, cast, stage.episodes.block_turns, seed, episodes,
+                                                contexts, group_rm, requests, run.path("stage2", "director"))
+                policy = train.director
+            else:
+                director = steps.train_director_dpo(train.director_dpo, pairs, contexts,
+                                                    run.path("stage2", "director"))
+                # Sampled as GRPO's Director samples, from the DPO adapter's base model.
+                policy = train.director.model_copy(update={"model": train.director_dpo.model,
+                                                           "chat_template_kwargs": train.director_dpo.chat_template_kwargs})
+            artifacts["stage2/director"] = director
+            run.record(artifacts)
+            samples = steps.sample_directors(policy, train.director_eval, cast, seed, episodes, contexts, director,
+                                             requests, run.path("stage2", "director_eval-samples.parquet"))
+            scored = steps.score_directors(train.director, cast, stage.episodes.block_turns, seed, episodes, contexts,
+                                           group_rm, samples, requests, run.path("stage2", "director_eval-scored.parquet"))
+            artifacts["stage2/director_eval"] = steps.compare_directors(train.director_eval, seed, scored,
+                                                                        run.path("stage2", "director_eval"))
+            artifacts |= report_stage2(config.run.name, panel.rubric, director_method, artifacts, requests,
+                                       run.path("stage2", "report"))
+            run.record(artifacts)
+    return artifacts

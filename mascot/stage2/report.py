@@ -1,0 +1,154 @@
+"""What a Stage 2 run reports: episodes, directive validity and fallbacks, group scores and pairs, the
+group reward model, the Director's training, and the Director before and after on held-out states.
+
+Every figure carries its n and an interval; shares whose items cluster (turns of one episode,
+pairs of one context, samples of one state) get a bootstrap interval over the clusters.
+`write_report` writes summary.json and report.md and logs to the active wandb run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from mascot.artifacts import Artifact, write_json, write_text
+from mascot.rubrics import Rubric
+from mascot.stage1.pairs import pairs_summary
+from mascot.stage1.report import clustered_interval, reward_model_markdown, score_distribution
+from mascot.stage2.trajectories import directive_pairs
+from mascot.stats import clustered_mean
+from mascot.tracking import Histogram, log_metrics
+
+TRAINING_METRICS = {"group_rm": "stage2/group_rm", "director": "stage2/director",
+                    "director_eval": "stage2/director_eval"}
+
+
+def write_report(rubric: Rubric, method: str, artifacts: dict[str, Artifact], cache: dict[str, float],
+                 out: Path) -> tuple[dict[str, Any], dict[str, Artifact]]:
+    frames = {name: artifacts[f"stage2/{name}"].read_parquet() for name in ("episodes", "judgments", "pairs")}
+    summary = stage2_summary(rubric, frames["episodes"], frames["judgments"], frames["pairs"], cache)
+    summary["director_method"] = method
+    for key, name in TRAINING_METRICS.items():
+        if name in artifacts:
+            summary[key] = json.loads((artifacts[name].verified() / "metrics.json").read_text())
+    written = {"stage2/summary": write_json(summary, out / "summary.json"),
+               "stage2/report": write_text(stage2_markdown(summary), out / "report.md")}
+    log_metrics("stage2", wandb_metrics(summary, frames["pairs"]))
+    return summary, written
+
+
+def directive_counts(episodes: pl.DataFrame) -> dict[str, Any]:
+    """Validity of the Director's directives in the episodes: turns that needed no fallback, and those
+    valid at the first attempt, each with a bootstrap interval over episodes; fallbacks counted."""
+    turns = episodes.filter(pl.col("role") == "companion")
+    valid = (~turns["fallback"]).cast(pl.Float64).to_list()
+    first = ((turns["directive_attempts"] == 1) & ~turns["fallback"]).cast(pl.Float64).to_list()
+    clusters = turns["episode_id"].to_list()
+    return {"turns": turns.height, "fallbacks": int(turns["fallback"].sum()),
+            "valid": clustered_mean(valid, clusters), "valid_first_attempt": clustered_mean(first, clusters),
+            "attempts": dict(sorted((str(k), v) for k, v in turns.group_by("directive_attempts").len().iter_rows())),
+            "speakers": dict(sorted(turns.group_by("speaker").len().iter_rows()))}
+
+
+def stage2_summary(rubric: Rubric, episodes: pl.DataFrame, judgments: pl.DataFrame, pairs: pl.DataFrame,
+                   cache: dict[str, float]) -> dict[str, Any]:
+    criteria = rubric.criterion_ids
+    ok, failures = judgments.filter(pl.col("ok")), judgments.filter(~pl.col("ok"))
+    n_states = episodes["state_id"].n_unique()
+    return {
+        "counts": {"episodes": episodes["episode_id"].n_unique(), "states": n_states,
+                   "branches": episodes.filter(pl.col("branch").is_not_null()).select("state_id", "branch")
+                   .unique().height,
+                   "turns": episodes.height, "judgments": judgments.height, "judge_failures": failures.height,
+                   "pairs": pairs.height, "directive_pairs": directive_pairs(pairs).height},
+        "directives": directive_counts(episodes),
+        "judge_failures": {"rate": failures.height / judgments.height if judgments.height else 0.0,
+                           "examples": failures["error"].head(3).to_list()},
+        "scores": {column: score_distribution(ok[column]) for column in [*criteria, "overall"]},
+        "pairs": pairs_summary(pairs, n_states),
+        "request_cache": cache,
+    }
+
+
+def wandb_metrics(summary: dict[str, Any], pairs: pl.DataFrame) -> dict[str, Any]:
+    metrics: dict[str, Any] = {f"count/{k}": v for k, v in summary["counts"].items()}
+    directives = summary["directives"]
+    metrics["directives/fallbacks"] = directives["fallbacks"]
+    if directives["valid"]["n"]:
+        metrics["directives/valid"] = directives["valid"]["value"]
+    for name, dist in summary["scores"].items():
+        if dist["n"]:
+            metrics[f"score_mean/{name}"] = dist["mean"]
+    if pairs.height:
+        metrics["margin"] = Histogram(values=pairs["margin"].to_list())
+    if "group_rm" in summary:
+        metrics["group_rm/held_out_accuracy"] = summary["group_rm"]["held_out"]["accuracy"]["value"]
+    if "director_eval" in summary:
+        for name, score in summary["director_eval"]["scores"].items():
+            metrics[f"director_eval/{name}_difference"] = score["difference"]["mean"]
+        for policy, share in summary["director_eval"]["validity"].items():
+            metrics[f"director_eval/validity_{policy}"] = share["value"]
+    return metrics
+
+
+def stage2_markdown(summary: dict[str, Any]) -> str:
+    counts, directives, cache = summary["counts"], summary["directives"], summary["request_cache"]
+    lines = ["# Stage 2", "", "## Episodes", "", "| | count |", "|---|---|"]
+    lines += [f"| {name} | {value} |" for name, value in counts.items()]
+    lines += ["", "## Directives in the episodes", "",
+              (f"Valid directives (no fallback): {clustered_interval(directives['valid'])}; valid at the first "
+              f"attempt: {clustered_interval(directives['valid_first_attempt'])}. 95% bootstrap intervals over episodes."),
+              (f"Fallbacks (the least recent speaker, after every attempt failed): {directives['fallbacks']} of "
+              f"{directives['turns']} companion turns."),
+              "Attempts per turn: " + ", ".join(f"{k}: {v}" for k, v in directives["attempts"].items()) + ".",
+              "Turns per speaker: " + ", ".join(f"{k}: {v}" for k, v in directives["speakers"].items()) + ".",
+              "", "## Group judge", "",
+              (f"Judge failures: {summary['judge_failures']['rate']:.1%} of judgments. "
+              f"Request cache: {cache.get('hits', 0)} hits, {cache.get('misses', 0)} misses this run."),
+              "", "| score | n | mean | sd |", "|---|---|---|---|"]
+    lines += [f"| {name} | {d['n']} | {d['mean']:.2f} | {d['sd']:.2f} |" for name, d in summary["scores"].items() if d["n"]]
+    lines += ["", (f"Trajectory pairs: {summary['pairs']['count']} from {summary['pairs']['queries_with_pairs']} of "
+                  f"{summary['pairs']['n_queries']} states; directive pairs (both first directives written by the "
+                  f"Director, and different): {counts['directive_pairs']}.")]
+    if "group_rm" in summary:
+        lines += ["", *reward_model_markdown(summary["group_rm"], "Group reward model")]
+    if "director" in summary:
+        lines += ["", *director_markdown(summary["director"], summary["director_method"])]
+    if "director_eval" in summary:
+        lines += ["", *director_eval_markdown(summary["director_eval"])]
+    return "\n".join(lines) + "\n"
+
+
+def director_markdown(metrics: dict[str, Any], method: str) -> list[str]:
+    parameters, training = metrics["trainable_parameters"], metrics["training"]
+    what = ("GRPO against the group reward model (the paper's method)" if method == "grpo"
+            else "DPO over directive pairs (an alternative, not the paper's method)")
+    units = f"{training['prompts']} states" if "prompts" in training else f"{training['pairs']} directive pairs"
+    return ["## Director", "", (f"Trained with {what}. LoRA: {parameters['trainable']:,} of {parameters['total']:,} "
+            f"parameters trainable ({parameters['fraction']:.3%}); {training['steps']} steps on {units}.")]
+
+
+def director_eval_markdown(metrics: dict[str, Any]) -> list[str]:
+    lines = ["## The Director before and after training, on held-out states", "",
+             (f"{metrics['states']} held-out states, {metrics['samples_per_prompt']} directive(s) per state and policy, "
+             "same seeds for both. Each directive is read as written (an invalid one becomes the fallback), rolled "
+             "out to the end of its block, and scored as in training."), "",
+             "| score | n | base mean ± sd | trained mean ± sd | difference [95% CI] |", "|---|---|---|---|---|"]
+    for name, score in metrics["scores"].items():
+        base, trained, difference = score["base"], score["director"], score["difference"]
+        if not difference["n"]:
+            lines.append(f"| {name} | 0 | n/a | n/a | n/a |")
+            continue
+        lines.append(f"| {name} | {difference['n']} | {base['mean']:.3f} ± {base['sd']:.3f} | "
+                     f"{trained['mean']:.3f} ± {trained['sd']:.3f} | {difference['mean']:+.3f} "
+                     f"[{difference['ci_low']:+.3f}, {difference['ci_high']:+.3f}] |")
+    validity, fallbacks = metrics["validity"], metrics["fallbacks"]
+    lines += ["", "Differences are trained - base, averaged per state; intervals are paired bootstrap (BCa).",
+              (f"Directive validity: base {clustered_interval(validity['base'])}, trained "
+              f"{clustered_interval(validity['director'])} (bootstrap over states); fallbacks: base "
+              f"{fallbacks['base']}, trained {fallbacks['director']}.")]
+    return lines
+

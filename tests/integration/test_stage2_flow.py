@@ -1,0 +1,127 @@
+"""Stage 2 end to end, as a user runs it: `mascot` processes, a running Prefect server, a loopback
+OpenAI-compatible server for every LLM role, real training of the group reward model and the Director.
+
+Every LLM role (Speaker candidates and LLM judge in Stage 1; Director, Speaker, simulated user and LLM
+group judge in Stage 2) talks to the chat server, which returns valid structured output where a
+request asks for it, so the LLM judges' success path runs into pairs. What was paid for is read
+from the server's counters, not from the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import polars as pl
+import pytest
+import yaml
+from chat_server import make_app
+from loopback_servers import serve
+from stage1_runs import MASCOT, REPO, write_config
+
+pytestmark = pytest.mark.integration
+
+SESSION_CACHE = Path(os.environ["MASCOT_CACHE_DIR"])
+
+
+def backend(chat: str, tokens: int = 6) -> dict:
+    return {"kind": "openai", "model": "sim-chat", "base_url": f"{chat}/v1", "max_concurrency": 4,
+            "max_retries": 0, "params": {"max_new_tokens": tokens}}
+
+
+def http_stage2_config(folder: Path, chat: str) -> Path:
+    """The tiny config with every LLM role on the chat server and small trainers."""
+    cache = folder / "cache"  # a request cache of its own, so the server's counters are this test's
+    cache.mkdir()
+    (cache / "tiny-models").symlink_to(SESSION_CACHE / "tiny-models")  # built once per session
+    path = write_config(folder, "http", cache_dir=cache, k=2)
+    config = yaml.safe_load(path.read_text())
+    config["data"]["corpus"]["limit"] = 6
+    config["generation"] = backend(chat)
+    config["stage1"]["judges"] = [{"kind": "llm", "name": "sim-judge", "backend": backend(chat, 40)}]
+    stage2 = config["stage2"]
+    stage2.update(director=backend(chat, 40), speaker=backend(chat), user=backend(chat),
+                  rubric=str(REPO / "configs" / "rubrics" / "group_emotional_support.yaml"),
+                  judges=[{"kind": "llm", "name": "sim-group-judge", "backend": backend(chat, 40)}])
+    stage2["episodes"].update(branches=3, contexts_per_shard=1)
+    train = config["train"]
+    train["group_rm"].update(epochs=1, save_steps=2)
+    train["director"].update(max_steps=2, batch_size=4, num_generations=2, max_completion_length=16, save_steps=1)
+    train["director_dpo"].update(epochs=1, save_steps=2)
+    train["director_eval"] = {"samples_per_prompt": 1, "bootstrap_resamples": 200}
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def run(*arguments: str, api: str, status: int = 0) -> str:
+    done = subprocess.run([MASCOT, *arguments], capture_output=True, text=True, check=False, timeout=900,
+                          env={**os.environ, "PREFECT_API_URL": api})
+    output = done.stdout + done.stderr
+    assert done.returncode == status, output[-5000:]
+    return output
+
+
+def test_stage2_over_http_survives_a_sigkill_resumes_without_paying_twice_and_trains_both_directors(
+        tmp_path, prefect_api, tiny_models):
+    # Every request is slow enough that the kill lands while episodes are being generated.
+    with serve(make_app(seconds_per_token=0.005, seconds_per_request=0.05)) as chat:
+        config = http_stage2_config(tmp_path, chat)
+        root = tmp_path / "runs" / "http"
+        run("run", "stage1", "--config", str(config), "--run-name", "http", "--until", "pairs", api=prefect_api)
+        judgments = pl.read_parquet(root / "stage1" / "judgments.parquet")
+        assert judgments["ok"].all() and set(judgments["judge"]) == {"sim-judge"}  # the LLM judge's success path
+        assert pl.read_parquet(root / "stage1" / "pairs.parquet").height > 0
+
+        before = httpx.get(f"{chat}/stats").json()
+        process = subprocess.Popen([MASCOT, "run", "stage2", "--config", str(config), "--run-name", "http"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                   env={**os.environ, "PREFECT_API_URL": prefect_api})
+        deadline = time.monotonic() + 300
+        while httpx.get(f"{chat}/stats").json()["requests"] < before["requests"] + 30:
+            assert process.poll() is None and time.monotonic() < deadline, "stage 2 ended before the kill"
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        assert not (root / "stage2" / "episodes.parquet").exists(), "killed during episode generation"
+
+        output = run("resume", str(root), api=prefect_api)
+        assert "stage 2 done (director method grpo)" in output
+        seen = httpx.get(f"{chat}/stats").json()
+        assert seen["answered_again"] == 0, seen  # nothing paid for twice, across the kill
+
+        episodes = pl.read_parquet(root / "stage2" / "episodes.parquet")
+        assert episodes["episode_id"].n_unique() == 6 and not episodes["fallback"].any()
+        group = pl.read_parquet(root / "stage2" / "judgments.parquet")
+        assert group["ok"].all() and group.height == 6 * 3  # the LLM group judge's success path
+        assert pl.read_parquet(root / "stage2" / "pairs.parquet").height > 0
+        report = (root / "stage2" / "report.md").read_text()
+        summary = json.loads((root / "stage2" / "summary.json").read_text())
+        for section in ("Valid directives", "## Group reward model", "Held-out pair accuracy",
+                        "## The Director before and after training", "Directive validity: base"):
+            assert section in report, section
+        assert summary["director_method"] == "grpo" and summary["directives"]["fallbacks"] == 0
+        assert summary["director_eval"]["validity"]["base"]["n"] > 0
+
+        # The alternative: DPO over the stored directive pairs, on the same episodes and reward model.
+        requests = seen["requests"]
+        output = run("run", "stage2", "--config", str(config), "--run-name", "http", "--director-method", "dpo",
+                     api=prefect_api)
+        assert "stage 2 done (director method dpo)" in output
+        summary = json.loads((root / "stage2" / "summary.json").read_text())
+        assert summary["director_method"] == "dpo" and summary["director"]["method"] == "dpo"
+        assert "not the paper's method" in (root / "stage2" / "report.md").read_text()
+        # Only the DPO Director's held-out samples and their rollouts are new requests.
+        assert httpx.get(f"{chat}/stats").json()["answered_again"] == 0
+        assert httpx.get(f"{chat}/stats").json()["requests"] > requests
+
+
+def test_stage2_without_a_finished_stage1_says_what_to_run(tmp_path, prefect_api):
+    config = write_config(tmp_path, "nostage1")
+    output = run("run", "stage2", "--config", str(config), "--run-name", "fresh", api=prefect_api, status=2)
+    assert "reads stage1/contexts" in output and "mascot run stage1" in output, output[-2000:]
+    assert not (tmp_path / "runs" / "fresh").exists()
