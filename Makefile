@@ -15,12 +15,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[all]"
 	touch $(STAMP)
 
-# The whole of Stage 1 on the tiny offline profile: pairs, persona reward model, GRPO Speaker,
-# before/after comparison. It ends by printing where the artifacts and report.md are.
+# Stage 1 then Stage 2 on the tiny offline profile: pairs, persona reward model, GRPO Speaker;
+# episodes, group reward model, GRPO Director; each with its before/after comparison. Each stage
+# ends by printing where its artifacts and report.md are.
 demo: $(STAMP)
 	$(BIN)/mascot config validate $(CONFIG)
 	$(BIN)/mascot models build --config $(CONFIG)
 	$(BIN)/mascot run stage1 --config $(CONFIG)
+	$(BIN)/mascot run stage2 --config $(CONFIG)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -122,6 +122,16 @@ def _summary(loaded: RunConfig | Roster | Rubric | UserProfiles) -> Table:
                   f"completions per prompt, lr {speaker.learning_rate:g}, beta {speaker.beta:g}")
     table.add_row("Speaker LoRA", f"r={speaker.lora.r} alpha={speaker.lora.alpha} on "
                   f"{', '.join(speaker.lora.target_modules)}; bf16={speaker.bf16}, vLLM={speaker.use_vllm}")
+    if c.stage2 is not None:
+        episodes, speaker_model = c.stage2.episodes, c.stage2.speaker.model if c.stage2.speaker else "Stage 1 adapter"
+        table.add_row("stage 2", f"Director {c.stage2.director.model}, Speaker {speaker_model}, user "
+                      f"{c.stage2.user.model}; blocks of {episodes.block_turns} turns, {episodes.branches} branches, "
+                      f"margin {c.stage2.margin:g}, judges: {', '.join(j.label for j in c.stage2.judges)}")
+        group, director = c.train.group_rm, c.train.director
+        table.add_row("group RM", f"{group.model}, {group.epochs:g} epoch(s), lr {group.learning_rate:g}")
+        table.add_row("Director", f"GRPO on {director.model}, {director.max_steps} steps, {director.num_generations} "
+                      f"completions per prompt, lr {director.learning_rate:g}"
+                      + (f"; DPO alternative on {c.train.director_dpo.model}" if c.train.director_dpo else ""))
     table.add_row("tracking", f"wandb {c.tracking.wandb_mode}, project {c.tracking.wandb_project}")
     return table
 

@@ -23,6 +23,7 @@ def write_config(folder: Path, name: str = "stage1", cache_dir: Path | None = No
     config["data"]["users"] = str(REPO / "configs" / "users" / "big_five.yaml")
     config["data"]["corpus"]["limit"] = 4
     config["stage1"]["rubric"] = str(REPO / "configs" / "rubrics" / "emotional_support.yaml")
+    config["stage2"]["rubric"] = str(REPO / "configs" / "rubrics" / "group_emotional_support.yaml")
     config["stage1"]["shard_size"] = 2
     config["stage1"].update(stage1)
     for section, values in (train or {}).items():

@@ -10,6 +10,8 @@ are never part of a request description, so they can never reach the file.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import hashlib
 import json
 import os
@@ -179,11 +181,18 @@ def shared_cache(path: str | Path) -> RequestCache:
         return _shared[path]
 
 
+# Requests being answered now, by key: an identical request that arrives meanwhile (two GRPO samples
+# of the same directive roll out the same turns, say) waits for that answer instead of paying for it
+# again. concurrent.futures, not asyncio: the waiter may run in another thread's event loop.
+_in_flight: dict[str, concurrent.futures.Future] = {}
+_in_flight_lock = threading.Lock()
+
+
 class CachedBackend:
     """Wrap any backend: answer from the request cache when possible, otherwise call and store.
 
-    Two identical requests running at the same moment may both miss and both call the backend;
-    the first stored answer is kept. Callers in this project do not issue duplicates concurrently.
+    Identical requests at the same moment, in any thread of the process, make one call: the later
+    ones wait for the first one's answer (or its error).
     """
 
     def __init__(self, backend: LLMBackend, cache: RequestCache):
@@ -223,6 +232,20 @@ class CachedBackend:
         stored = self.cache.get(key)
         if stored is not None:
             return stored
-        texts = await self.backend.generate(messages, n, params, seed, response_format=response_format)
-        self.cache.put(key, texts, request)
-        return texts
+        with _in_flight_lock:
+            pending = _in_flight.get(key)
+            if pending is None:
+                _in_flight[key] = mine = concurrent.futures.Future()
+        if pending is not None:
+            return list(await asyncio.wrap_future(pending))
+        try:
+            texts = await self.backend.generate(messages, n, params, seed, response_format=response_format)
+            self.cache.put(key, texts, request)
+            mine.set_result(texts)
+            return texts
+        except BaseException as exc:
+            mine.set_exception(exc)
+            raise
+        finally:
+            with _in_flight_lock:
+                del _in_flight[key]

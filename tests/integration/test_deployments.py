@@ -53,7 +53,8 @@ def worker(prefect_api, tmp_path):
     for pool in ("mascot-local", "mascot-gpu"):
         prefect(prefect_api, "work-pool", "create", pool, "--type", "process", "--overwrite")
     deployed = prefect(prefect_api, "deploy", "--all", "--prefect-file", "deployments/prefect.yaml")
-    assert "'stage1/stage1' successfully created" in deployed and "'stage1/stage1-gpu' successfully" in deployed
+    for name in ("stage1/stage1", "stage1/stage1-gpu", "stage2/stage2", "stage2/stage2-gpu"):
+        assert f"'{name}' successfully created" in deployed, deployed[-3000:]
     with (tmp_path / "worker.log").open("w") as log:
         process = subprocess.Popen([PREFECT, "worker", "start", "--pool", "mascot-local"], stdout=log,
                                    stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,

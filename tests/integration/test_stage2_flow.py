@@ -46,7 +46,6 @@ def http_stage2_config(folder: Path, chat: str) -> Path:
     config["stage1"]["judges"] = [{"kind": "llm", "name": "sim-judge", "backend": backend(chat, 40)}]
     stage2 = config["stage2"]
     stage2.update(director=backend(chat, 40), speaker=backend(chat), user=backend(chat),
-                  rubric=str(REPO / "configs" / "rubrics" / "group_emotional_support.yaml"),
                   judges=[{"kind": "llm", "name": "sim-group-judge", "backend": backend(chat, 40)}])
     stage2["episodes"].update(branches=3, contexts_per_shard=1)
     train = config["train"]
@@ -108,16 +107,14 @@ def test_stage2_over_http_survives_a_sigkill_resumes_without_paying_twice_and_tr
         assert summary["director_eval"]["validity"]["base"]["n"] > 0
 
         # The alternative: DPO over the stored directive pairs, on the same episodes and reward model.
-        requests = seen["requests"]
         output = run("run", "stage2", "--config", str(config), "--run-name", "http", "--director-method", "dpo",
                      api=prefect_api)
         assert "stage 2 done (director method dpo)" in output
         summary = json.loads((root / "stage2" / "summary.json").read_text())
         assert summary["director_method"] == "dpo" and summary["director"]["method"] == "dpo"
         assert "not the paper's method" in (root / "stage2" / "report.md").read_text()
-        # Only the DPO Director's held-out samples and their rollouts are new requests.
+        # Its held-out samples' rollouts are new requests or cache hits, never a request paid for twice.
         assert httpx.get(f"{chat}/stats").json()["answered_again"] == 0
-        assert httpx.get(f"{chat}/stats").json()["requests"] > requests
 
 
 def test_stage2_without_a_finished_stage1_says_what_to_run(tmp_path, prefect_api):

@@ -148,3 +148,17 @@ def test_data_preview_names_the_broken_record(tmp_path):
     result = runner.invoke(app, ["data", "preview", "--source", "esconv", "--path", str(broken)])
     assert result.exit_code == 2
     assert str(broken) in result.output and "dialogue 0" in result.output and "experience_type" in result.output
+
+
+def test_every_flow_has_a_deployment_on_each_pool():
+    import ast
+
+    import yaml
+
+    flows = {f"flows/{path.name}:{node.name}" for path in (REPO / "flows").glob("*.py")
+             for node in ast.parse(path.read_text()).body if isinstance(node, ast.FunctionDef)
+             and any(isinstance(d, ast.Call) and getattr(d.func, "id", None) == "flow" for d in node.decorator_list)}
+    deployments = yaml.safe_load((REPO / "deployments" / "prefect.yaml").read_text())["deployments"]
+    pools = {(d["entrypoint"], d["work_pool"]["name"]) for d in deployments}
+    assert flows == {"flows/stage1.py:stage1", "flows/stage2.py:stage2"}
+    assert pools == {(flow, pool) for flow in flows for pool in ("mascot-local", "mascot-gpu")}

@@ -276,8 +276,9 @@ def test_bf16_needs_a_gpu_on_the_machine_that_validates(workdir):
     (workdir / "esconv.json").write_text("[]")
     data["data"]["held_out"][0]["path"] = "esconv.json"
     path = _write(workdir, "paper-here.yaml", data)
-    _check(path, ["2 problem(s)", "train.persona_rm.bf16: bf16 needs a CUDA GPU, and none is visible",
-                  "train.speaker.bf16", "--no-machine-checks"])
+    _check(path, ["5 problem(s)", "train.persona_rm.bf16: bf16 needs a CUDA GPU, and none is visible",
+                  "train.speaker.bf16", "train.group_rm.bf16", "train.director.bf16", "train.director_dpo.bf16",
+                  "--no-machine-checks"])
     assert runner.invoke(app, ["config", "validate", str(path), "--no-machine-checks"]).exit_code == 0
 
 
@@ -372,3 +373,23 @@ def test_the_docs_list_every_field():
 
     docs = (REPO / "docs" / "configuration.md").read_text()
     assert field_table() in docs, "docs/configuration.md is stale: paste `python -m mascot.config.docs` into it"
+
+
+def test_stage2_needs_its_trainers_and_a_collective_rubric_of_the_domain(workdir):
+    data = _yaml(workdir / "tiny.yaml")
+    del data["train"]["director"]
+    _check(_write(workdir, "no-director.yaml", data), ["train.director", "Stage 2 (the 'stage2' section) trains"])
+    data = _yaml(workdir / "tiny.yaml")
+    data["stage2"]["rubric"] = "rubrics/group_meetings.yaml"
+    data["stage2"]["margin"] = 9.0
+    _check(_write(workdir, "wrong-rubric.yaml", data),
+           ["stage2.rubric: rubric", "is for 'meetings', but data.domain is 'emotional_support'",
+            "stage2.margin: no pair can reach a margin of 9"])
+
+
+def test_a_config_without_stage2_is_a_stage1_config(workdir):
+    data = _yaml(workdir / "tiny.yaml")
+    for key in ("group_rm", "director", "director_dpo", "director_eval"):
+        del data["train"][key]
+    del data["stage2"]
+    assert runner.invoke(app, ["config", "validate", str(_write(workdir, "stage1-only.yaml", data))]).exit_code == 0

@@ -144,3 +144,52 @@ def test_truncate_at_stop_cuts_at_the_earliest_stop_string():
     assert truncate_at_stop("Hello. Bye.\nUser: hi", ["\nUser:", "Bye"]) == "Hello. "
     assert truncate_at_stop("no stop here", ["###"]) == "no stop here"
     assert truncate_at_stop("keep", []) == "keep"
+
+
+class SlowBackend(CountingBackend):
+    """Answers after a pause, so that identical requests overlap; fails when told to."""
+
+    def __init__(self, fail: bool = False):
+        super().__init__()
+        self.fail = fail
+
+    async def generate(self, messages, n, params, seed, response_format=None):
+        self.calls += 1
+        await asyncio.sleep(0.05)
+        if self.fail:
+            raise ConnectionError("server down")
+        return [f"seed {seed} candidate {i}" for i in range(n)]
+
+
+def test_identical_requests_at_the_same_moment_make_one_call_in_any_thread(tmp_path):
+    import threading
+
+    backend = SlowBackend()
+    cached = CachedBackend(backend, RequestCache(tmp_path / "requests.sqlite"))
+    params = SamplingParams()
+
+    async def together():
+        return await asyncio.gather(*(cached.generate(MESSAGES, 2, params, seed=7) for _ in range(3)))
+
+    answers = []
+    threads = [threading.Thread(target=lambda: answers.extend(asyncio.run(together()))) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert backend.calls == 1 and len(answers) == 6 and all(a == answers[0] for a in answers)
+
+
+def test_requests_waiting_on_a_failed_one_see_its_error_and_a_later_one_calls_again(tmp_path):
+    backend = SlowBackend(fail=True)
+    cached = CachedBackend(backend, RequestCache(tmp_path / "requests.sqlite"))
+
+    async def together():
+        return await asyncio.gather(*(cached.generate(MESSAGES, 1, SamplingParams(), seed=3) for _ in range(2)),
+                                    return_exceptions=True)
+
+    assert [type(error) for error in asyncio.run(together())] == [ConnectionError, ConnectionError]
+    assert backend.calls == 1
+    backend.fail = False
+    assert asyncio.run(cached.generate(MESSAGES, 1, SamplingParams(), seed=3)) == ["seed 3 candidate 0"]
+    assert backend.calls == 2
