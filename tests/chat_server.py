@@ -24,6 +24,9 @@ that costs no GPU. Three things make it useful there:
   never answered: like vLLM, the server aborts a request whose client disconnected). `POST /stats/reset` zeroes it
   all. One event loop serves every request, so the counters are exact without locks.
 
+`POST /hold` makes answers wait (requests still arrive and count) until `POST /release`: a test
+that kills a client while its requests are held knows that no answer was on its way.
+
 Other endpoints: `GET /health` and `GET /v1/models`. Importable from tests (`from chat_server
 import make_app`) and served with tests/loopback_servers.serve.
 """
@@ -125,6 +128,8 @@ def make_app(model: str = DEFAULT_MODEL, seconds_per_token: float = 0.03, second
     """The server's app; its counters are `app.state.stats`."""
     app = FastAPI(title="simulated chat server")
     app.state.stats = Stats()
+    app.state.answering = asyncio.Event()  # cleared by POST /hold: answers wait until POST /release
+    app.state.answering.set()
 
     @app.get("/health")
     async def health() -> dict:
@@ -142,6 +147,16 @@ def make_app(model: str = DEFAULT_MODEL, seconds_per_token: float = 0.03, second
     async def reset() -> dict:
         app.state.stats = Stats()
         return app.state.stats.report()
+
+    @app.post("/hold")
+    async def hold() -> dict:
+        app.state.answering.clear()
+        return {"answering": False}
+
+    @app.post("/release")
+    async def release() -> dict:
+        app.state.answering.set()
+        return {"answering": True}
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> JSONResponse:
@@ -168,6 +183,7 @@ def make_app(model: str = DEFAULT_MODEL, seconds_per_token: float = 0.03, second
         try:
             # One batched decode for all n choices.
             await asyncio.sleep(seconds_per_request + max_tokens * seconds_per_token)
+            await app.state.answering.wait()
             if await request.is_disconnected():  # as vLLM does, a request whose client is gone is aborted
                 stats.abandoned += 1
                 return _error(499, "the client closed the connection")

@@ -3,8 +3,9 @@
 Both policies answer every held-out (context, persona) prompt with the same request seeds
 (`sample_policies`). Each reply is scored by the Speaker's reward functions exactly as during
 training (`score_replies`) and by the judge panel (`mascot.stage1.judging.judge_shard`). Replies are
-averaged per prompt, and the per-prompt differences (Speaker - base) get a paired bootstrap
-interval (`compare_policies`). The held-out contexts are the ones contexts.parquet marks as held
+averaged per prompt, and the per-prompt differences (Speaker - base) get a bootstrap interval
+over contexts (the personas' prompts of one context are not independent) and a paired BCa
+bootstrap interval over prompts (`compare_policies`). The held-out contexts are the ones contexts.parquet marks as held
 out, which neither the reward model nor the Speaker was trained on.
 """
 
@@ -21,10 +22,10 @@ from mascot.judges.panel import aggregate_scores
 from mascot.llm import make_backend, shared_cache
 from mascot.progress import cache_hits, shard_progress
 from mascot.prompts import speaker_messages
-from mascot.queries import Queries
+from mascot.queries import Queries, context_ids
 from mascot.stage1.candidates import sample_candidates
 from mascot.stage1.rewards import speaker_reward_weights, speaker_rewards
-from mascot.stats import describe, paired_difference
+from mascot.stats import clustered_mean, describe, paired_difference
 from mascot.train.grpo import policy_backend
 
 POLICIES = ("base", "speaker")
@@ -88,10 +89,14 @@ def before_after_metrics(samples: pl.DataFrame, compare: BeforeAfterConfig, seed
                "judge_failures": judge_failures, "scores": {}, "by_persona": {}}
     for score in SCORES:
         wide = per_prompt.pivot(on="policy", index=["query_id", "persona"], values=score).drop_nulls(list(POLICIES))
+        differences = (wide["speaker"] - wide["base"]).to_list()
         metrics["scores"][score] = {
             "base": describe(wide["base"].to_list()), "speaker": describe(wide["speaker"].to_list()),
             "difference": paired_difference(wide["base"].to_list(), wide["speaker"].to_list(), compare.confidence,
                                             compare.bootstrap_resamples, seed),
+            # The personas' prompts of one context are not independent: this interval resamples contexts.
+            "difference_by_context": clustered_mean(differences, context_ids(wide["query_id"]).to_list(),
+                                                    compare.confidence, compare.bootstrap_resamples, seed),
         }
         for (persona,), group in sorted(wide.group_by("persona"), key=lambda item: item[0]):
             metrics["by_persona"].setdefault(persona, {})[score] = {

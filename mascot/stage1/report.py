@@ -116,9 +116,13 @@ def before_after_rows(before_after: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for name, score in before_after["scores"].items():
         base, speaker, difference = score["base"], score["speaker"], score["difference"]
-        rows.append({"score": name, "n": difference["n"], "base_mean": base["mean"], "base_sd": base["sd"],
+        by_context = score.get("difference_by_context", {})
+        rows.append({"score": name, "n": difference["n"], "contexts": by_context.get("clusters"),
+                     "base_mean": base["mean"], "base_sd": base["sd"],
                      "speaker_mean": speaker["mean"], "speaker_sd": speaker["sd"],
-                     "difference": difference["mean"], "ci_low": difference["ci_low"], "ci_high": difference["ci_high"]})
+                     "difference": difference["mean"], "ci_low": by_context.get("ci_low"),
+                     "ci_high": by_context.get("ci_high"), "ci_low_bca": difference["ci_low"],
+                     "ci_high_bca": difference["ci_high"]})
     return rows
 
 
@@ -200,13 +204,17 @@ def before_after_markdown(metrics: dict[str, Any]) -> list[str]:
     lines = ["## Before and after GRPO, on held-out prompts", "",
              (f"{metrics['prompts']} held-out prompts, {metrics['samples_per_prompt']} sample(s) per prompt and policy, "
              f"same seeds for both; judge failures: {metrics['judge_failures']}."), "",
-             "| score | n | base mean ± sd | Speaker mean ± sd | difference [95% CI] |", "|---|---|---|---|---|"]
+             ("| score | n (contexts) | base mean ± sd | Speaker mean ± sd | difference [95% CI over contexts] "
+             "| [95% CI over prompts] |"), "|---|---|---|---|---|---|"]
     for row in before_after_rows(metrics):
         if row["n"] == 0:
-            lines.append(f"| {row['score']} | 0 | n/a | n/a | n/a |")
+            lines.append(f"| {row['score']} | 0 | n/a | n/a | n/a | n/a |")
             continue
-        lines.append(f"| {row['score']} | {row['n']} | {row['base_mean']:.3f} ± {row['base_sd']:.3f} | "
-                     f"{row['speaker_mean']:.3f} ± {row['speaker_sd']:.3f} | "
-                     f"{row['difference']:+.3f} [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}] |")
-    lines += ["", "Differences are Speaker - base, averaged per prompt; intervals are paired bootstrap (BCa)."]
+        over_contexts = "n/a" if row["ci_low"] is None else f"[{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]"
+        lines.append(f"| {row['score']} | {row['n']} ({row['contexts']}) | {row['base_mean']:.3f} ± {row['base_sd']:.3f} | "
+                     f"{row['speaker_mean']:.3f} ± {row['speaker_sd']:.3f} | {row['difference']:+.3f} {over_contexts} | "
+                     f"[{row['ci_low_bca']:+.3f}, {row['ci_high_bca']:+.3f}] |")
+    lines += ["", ("Differences are Speaker - base, averaged per prompt. The first interval resamples contexts (the "
+              "personas' prompts of one context are not independent); the second is the paired bootstrap (BCa) "
+              "over prompts, as if they were.")]
     return lines

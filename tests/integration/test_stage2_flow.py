@@ -9,6 +9,7 @@ from the server's counters, not from the code under test.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -23,6 +24,12 @@ import yaml
 from chat_server import make_app
 from loopback_servers import serve
 from stage1_runs import MASCOT, REPO, write_config
+
+from mascot.config import SamplingParams
+from mascot.dialogue.directives import director_messages
+from mascot.dialogue.turns import Turn
+from mascot.llm import TransformersBackend
+from mascot.roster import load_roster
 
 pytestmark = pytest.mark.integration
 
@@ -84,8 +91,13 @@ def test_stage2_over_http_survives_a_sigkill_resumes_without_paying_twice_and_tr
         while httpx.get(f"{chat}/stats").json()["requests"] < before["requests"] + 30:
             assert process.poll() is None and time.monotonic() < deadline, "stage 2 ended before the kill"
             time.sleep(0.05)
+        # Answers are held, so every answer sent before the kill has reached the client and its cache.
+        httpx.post(f"{chat}/hold")
+        time.sleep(1.0)
+        assert httpx.get(f"{chat}/stats").json()["in_flight"] > 0, "killed with requests in flight"
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+        httpx.post(f"{chat}/release")
         assert not (root / "stage2" / "episodes.parquet").exists(), "killed during episode generation"
 
         output = run("resume", str(root), api=prefect_api)
@@ -105,6 +117,7 @@ def test_stage2_over_http_survives_a_sigkill_resumes_without_paying_twice_and_tr
             assert section in report, section
         assert summary["director_method"] == "grpo" and summary["directives"]["fallbacks"] == 0
         assert summary["director_eval"]["validity"]["base"]["n"] > 0
+        director_round_trip(root / "stage2" / "director", tiny_models.lm)
 
         # The alternative: DPO over the stored directive pairs, on the same episodes and reward model.
         output = run("run", "stage2", "--config", str(config), "--run-name", "http", "--director-method", "dpo",
@@ -115,6 +128,32 @@ def test_stage2_over_http_survives_a_sigkill_resumes_without_paying_twice_and_tr
         assert "not the paper's method" in (root / "stage2" / "report.md").read_text()
         # Its held-out samples' rollouts are new requests or cache hits, never a request paid for twice.
         assert httpx.get(f"{chat}/stats").json()["answered_again"] == 0
+
+
+def director_round_trip(adapter: Path, base: Path) -> None:
+    """The trained Director adapter, loaded back with PEFT, holds GRPO's updates, and the project's
+    in-process backend serves it: it answers the Director's prompt as PEFT's own merged model does."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    policy = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), adapter)
+    lora_b = [p for name, p in policy.named_parameters() if "lora_B" in name]
+    assert lora_b and any(torch.count_nonzero(p) for p in lora_b), "GRPO's updates were saved"
+    metrics = json.loads((adapter / "metrics.json").read_text())
+    assert metrics["training"]["steps"] == 2 and metrics["reward_names"] == ["group_rm", "format"]
+
+    roster = load_roster(REPO / "configs" / "rosters" / "emotional_support.yaml")
+    messages = director_messages(roster, [Turn("user", "I failed my driving test again.", role="context")])
+    tokenizer = AutoTokenizer.from_pretrained(adapter)
+    inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    merged = policy.merge_and_unload().eval()
+    with torch.inference_mode():
+        output = merged.generate(**inputs, max_new_tokens=24, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    expected = tokenizer.decode(output[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True).strip()
+    served = asyncio.run(TransformersBackend(base, adapter=adapter, device="cpu").generate(
+        messages, n=1, params=SamplingParams(temperature=0.0, max_new_tokens=24), seed=0))
+    assert served == [expected]
 
 
 def test_stage2_without_a_finished_stage1_says_what_to_run(tmp_path, prefect_api):

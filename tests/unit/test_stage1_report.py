@@ -45,13 +45,17 @@ def test_speaker_section_reports_parameters_and_smoothed_reward():
 
 def test_before_after_table_has_n_means_and_intervals_and_survives_an_empty_score():
     difference = paired_difference([1.0, 2.0, 3.0], [1.5, 2.1, 3.9], resamples=200)
-    empty = {"base": describe([]), "speaker": describe([]), "difference": paired_difference([], [])}
+    by_context = clustered_mean([0.5, 0.1, 0.9], ["c1", "c1", "c2"], resamples=200)
+    empty = {"base": describe([]), "speaker": describe([]), "difference": paired_difference([], []),
+             "difference_by_context": clustered_mean([], [])}
     metrics = {"prompts": 3, "samples_per_prompt": BeforeAfterConfig().samples_per_prompt, "judge_failures": 3,
                "scores": {"persona_rm": {"base": describe([1.0, 2.0, 3.0]), "speaker": describe([1.5, 2.1, 3.9]),
-                                         "difference": difference},
+                                         "difference": difference, "difference_by_context": by_context},
                           "judge": empty}}
     rows = {row["score"]: row for row in before_after_rows(metrics)}
-    assert rows["persona_rm"]["n"] == 3 and rows["persona_rm"]["ci_low"] <= rows["persona_rm"]["difference"]
+    row = rows["persona_rm"]
+    assert row["n"] == 3 and row["contexts"] == 2 and row["ci_low"] <= row["difference"] <= row["ci_high"]
+    assert row["ci_low_bca"] <= row["difference"] <= row["ci_high_bca"]
     text = "\n".join(before_after_markdown(metrics))
-    assert "| persona_rm | 3 | 2.000 ± 1.000 |" in text and "| judge | 0 | n/a | n/a | n/a |" in text
+    assert "| persona_rm | 3 (2) | 2.000 ± 1.000 |" in text and "| judge | 0 | n/a | n/a | n/a | n/a |" in text
     assert "judge failures: 3" in text
