@@ -124,8 +124,10 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": "invalid_request_error"}}, status_code=status)
 
 
-def make_app(model: str = DEFAULT_MODEL, seconds_per_token: float = 0.03, seconds_per_request: float = 0.0) -> FastAPI:
-    """The server's app; its counters are `app.state.stats`."""
+def make_app(model: str = DEFAULT_MODEL, seconds_per_token: float = 0.03, seconds_per_request: float = 0.0,
+             structured_output: bool = True) -> FastAPI:
+    """The server's app; its counters are `app.state.stats`. With `structured_output=False` it ignores
+    `response_format` and answers in words, as a server without guided decoding does."""
     app = FastAPI(title="simulated chat server")
     app.state.stats = Stats()
     app.state.answering = asyncio.Event()  # cleared by POST /hold: answers wait until POST /release
@@ -191,7 +193,7 @@ def make_app(model: str = DEFAULT_MODEL, seconds_per_token: float = 0.03, second
             temperature, top_p = body.get("temperature"), body.get("top_p")
             response_format = body.get("response_format") or {}
             schema = response_format.get("json_schema", {}).get("schema") \
-                if response_format.get("type") == "json_schema" else None
+                if structured_output and response_format.get("type") == "json_schema" else None
             choices = [
                 {"index": i, "finish_reason": "stop" if schema else "length", "logprobs": None,
                  "message": {"role": "assistant", "content": completion_text(messages, seed, i, temperature, top_p,

@@ -393,3 +393,17 @@ def test_a_config_without_stage2_is_a_stage1_config(workdir):
         del data["train"][key]
     del data["stage2"]
     assert runner.invoke(app, ["config", "validate", str(_write(workdir, "stage1-only.yaml", data))]).exit_code == 0
+
+
+@pytest.mark.parametrize("profile", ["tiny.yaml", "tiny_meetings.yaml"])
+def test_the_tiny_profiles_of_both_domains_validate_with_stage2(profile):
+    result = runner.invoke(app, ["config", "validate", str(CONFIGS / profile)])
+    assert result.exit_code == 0, result.output
+    assert "stage 2" in result.output and "group RM" in result.output
+
+
+def test_the_paper_profiles_of_both_domains_validate_but_for_their_corpora(workdir):
+    for profile, corpus in (("paper.yaml", "esconv"), ("paper_meetings.yaml", "qmsum")):
+        result = runner.invoke(app, ["config", "validate", str(workdir / profile), "--no-machine-checks"])
+        problems = result.output.splitlines()[1:]
+        assert problems and all(f"the {corpus} corpus is not downloaded" in line for line in problems), result.output

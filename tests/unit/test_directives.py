@@ -93,8 +93,8 @@ def test_an_invalid_reply_is_retried_with_a_repair_turn():
 
 
 def test_a_director_that_never_gives_a_valid_directive_falls_back_and_says_so():
-    # A real OpenAI-compatible server whose replies are words, never JSON: every attempt is invalid.
-    with serve(make_app(seconds_per_token=0.0)) as url:
+    # A real OpenAI-compatible server without structured output, whose replies are words: every attempt is invalid.
+    with serve(make_app(seconds_per_token=0.0, structured_output=False)) as url:
         backend = OpenAIBackend("sim-chat", base_url=f"{url}/v1", max_retries=0)
         reply = asyncio.run(direct(backend, ROSTER, TURNS, seed=3, max_attempts=2))
         answered = httpx.get(f"{url}/stats").json()["answered"]

@@ -89,3 +89,13 @@ def test_rubric_model_is_frozen():
     rubric = Rubric.model_validate(_minimal())
     with pytest.raises(ValidationError):
         rubric.name = "other"
+
+
+@pytest.mark.parametrize("domain", sorted(EXPECTED))
+def test_the_collective_rubric_has_the_papers_group_criteria(domain):
+    rubric = load_rubric(RUBRICS / f"group_{domain}.yaml")
+    assert rubric.domain == domain and (rubric.scale_min, rubric.scale_max) == (1, 5)
+    assert rubric.criterion_ids == ["persona_fidelity", "originality", "relevance", "engagement", "consistency"]
+    assert [c.name for c in rubric.criteria] == ["Persona Fidelity", "Originality and Specificity",
+                                                 "Relevance and Coherence", "Engagement and Contribution",
+                                                 "Global State Consistency"]
