@@ -26,9 +26,8 @@ from pathlib import Path
 
 from mascot.config import SAMPLES_DIR, TINY_MODELS, RunConfig, TinyModelSpec
 from mascot.data import load_contexts
-from mascot.data.context import Context
 from mascot.dialogue.directives import director_messages
-from mascot.dialogue.turns import opening_turns
+from mascot.dialogue.turns import Turn, opening_turns
 from mascot.prompts import TEMPLATES_DIR, speaker_messages
 from mascot.roster import Roster, load_roster
 from mascot.torch_runtime import quiet_transformers, require_torch
@@ -162,21 +161,29 @@ def _training_dialogues() -> list[list[dict]]:
                 continue
             prompt = speaker_messages(personas[index % len(personas)], context.model_copy(update={"history": history}))
             dialogues.append([*prompt, {"role": "assistant", "content": reply}])
-            dialogues.append(_directive_example(rosters[context.domain], context, index))
+            # Directive-shaped examples over the opening and over the opening and a companion's reply, as
+            # an episode's states look. A meeting window gives more: also over its shorter prefixes, each
+            # twice, since the sample meetings are few, their prompts long and their persona ids long.
+            roster, opening = rosters[context.domain], opening_turns(context.model_copy(update={"history": history}))
+            speaker = personas[index % len(personas)].id
+            states = [opening, [*opening, Turn(speaker, reply)]]
+            if context.domain == "meetings":
+                states = [*states, *(opening[:cut] for cut in range(2, len(opening), 3))] * 2
+            dialogues += [_directive_example(roster, turns, index + k) for k, turns in enumerate(states)]
     return dialogues
 
 
-def _directive_example(roster: Roster, context: Context, index: int) -> list[dict]:
-    """The Director's prompt over a context, answered by a directive-shaped JSON line: a persona of the
-    roster and one of its own style rules as the instruction. Only the shape is taught; which persona
-    fits which moment is left for Stage 2's training to find, so the choice here cycles."""
+def _directive_example(roster: Roster, turns: list[Turn], index: int) -> list[dict]:
+    """The Director's prompt over some turns, answered by a directive-shaped JSON line: a persona of the
+    roster and the first clause of one of its style rules as the instruction. Only the shape is taught;
+    which persona fits which moment is left for Stage 2's training to find, so the choice here cycles."""
     personas = roster.active
     persona = personas[(index // 2 + index) % len(personas)]
     # The first clause of one of its style rules: directive instructions are one short sentence.
     rule = re.split(r"[;,:]", persona.style_rules[index % len(persona.style_rules)])[0].strip().rstrip(".") + "."
     tone = None if index % 3 else persona.role
     directive = json.dumps({"next_speaker": persona.id, "instruction": rule, "tone": tone})
-    return [*director_messages(roster, opening_turns(context)), {"role": "assistant", "content": directive}]
+    return [*director_messages(roster, turns), {"role": "assistant", "content": directive}]
 
 
 def _build_tokenizer(spec: TinyModelSpec, dialogues: list[list[dict]]):
@@ -239,7 +246,8 @@ def _warm_start(model, tokenizer, dialogues: list[list[dict]], spec: TinyModelSp
 
     if spec.warm_start_steps == 0:
         return
-    max_len = min(320, spec.max_position_embeddings)
+    # Long enough for a Director's prompt over a meeting window; cut from the left beyond that.
+    max_len = min(768, spec.max_position_embeddings)
     # Cut from the left: the reply at the end is what the model must learn to produce.
     sequences = [torch.tensor(tokenizer.apply_chat_template(d, tokenize=True, return_dict=False)[-max_len:])
                  for d in dialogues]

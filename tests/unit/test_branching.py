@@ -22,6 +22,7 @@ from mascot.stage2.branching import CastSpec, Contexts, generate_shard, read_sta
 ROSTER = load_roster(REPO / "configs" / "rosters" / "emotional_support.yaml")
 EPISODES = EpisodeConfig(block_turns=2, prefix_blocks=1, branches=3, max_directive_attempts=2)
 CONTEXTS = 2
+LIMIT = 4  # requests in flight, for every role together: they share one server and model
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def chat():
 
 
 def cast(chat: str) -> CastSpec:
-    backend = BackendConfig(kind="openai", model="sim-chat", base_url=f"{chat}/v1", max_concurrency=4,
+    backend = BackendConfig(kind="openai", model="sim-chat", base_url=f"{chat}/v1", max_concurrency=LIMIT,
                             params={"max_new_tokens": 6})
     users = load_user_profiles(REPO / "configs" / "users" / "big_five.yaml").profiles
     return CastSpec(roster=ROSTER, director=backend, speaker=backend, user=backend, profiles=users,
@@ -55,6 +56,8 @@ def test_branches_share_their_prefix_byte_for_byte_and_by_request(tmp_path, chat
     # companion turn, a request per user turn. The prefix (2 companion turns, 1 user turn) is asked once.
     per_episode = (2 * 2 + 1) + EPISODES.branches * (2 * 2)
     assert seen["requests"] == CONTEXTS * per_episode and seen["repeated"] == 0, seen
+    # Episodes, and the branches of one, are in flight together, under the backend's one limit.
+    assert seen["max_in_flight"] == LIMIT, seen
 
     frame = episodes.read_parquet()
     states = read_states(episodes, shard.contexts)
