@@ -168,12 +168,13 @@ def accuracy_lines(held_out: dict[str, Any]) -> list[str]:
             f"Wilson 95% interval over pairs, as if they were independent: {_interval(held_out['accuracy'])}."]
 
 
-def reward_model_markdown(metrics: dict[str, Any], title: str = "Persona reward model") -> list[str]:
+def reward_model_markdown(metrics: dict[str, Any], title: str = "Persona reward model",
+                          group: str = "persona") -> list[str]:
     held_out, training = metrics["held_out"], metrics["training"]
     margin = held_out["margin"]
     lines = [f"## {title}", "", *accuracy_lines(held_out), "",
              f"Training-pair accuracy: {_interval(metrics['train']['accuracy'])}.", "",
-             "| persona | held-out accuracy [95% CI] (n) |", "|---|---|"]
+             f"| {group} | held-out accuracy [95% Wilson CI] (n) |", "|---|---|"]
     lines += [f"| {persona} | {_interval(share)} |" for persona, share in held_out["by_persona"].items()]
     if margin["n"]:
         lines += ["", (f"Held-out reward margin (chosen - rejected): mean {margin['mean']:.3f}, sd {margin['sd']:.3f}, "

@@ -114,7 +114,8 @@ def stage2_markdown(summary: dict[str, Any]) -> str:
                   f"{summary['pairs']['n_queries']} states; directive pairs (both first directives written by the "
                   f"Director, and different): {counts['directive_pairs']}.")]
     if "group_rm" in summary:
-        lines += ["", *reward_model_markdown(summary["group_rm"], "Group reward model")]
+        lines += ["", *reward_model_markdown(summary["group_rm"], "Group reward model",
+                                             "first speaker of the chosen branch")]
     if "director" in summary:
         lines += ["", *director_markdown(summary["director"], summary["director_method"])]
     if "director_eval" in summary:

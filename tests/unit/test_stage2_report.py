@@ -1,0 +1,64 @@
+"""The Stage 2 report: directive validity and fallbacks, and the Director's before/after, each with n and an interval."""
+
+from __future__ import annotations
+
+import polars as pl
+from test_cli import REPO
+
+from mascot.config import BeforeAfterConfig
+from mascot.rubrics import load_rubric
+from mascot.stage2.branching import EPISODE_SCHEMA
+from mascot.stage2.director_eval import director_metrics
+from mascot.stage2.report import director_eval_markdown, stage2_markdown, stage2_summary
+from mascot.stage2.trajectories import MESSAGES
+
+RUBRIC = load_rubric(REPO / "configs" / "rubrics" / "group_emotional_support.yaml")
+
+
+def episodes() -> pl.DataFrame:
+    rows = []
+    for episode in range(4):
+        for turn in range(3):
+            fallback = episode == 0 and turn == 0  # one fallback in twelve companion turns
+            rows.append({"episode_id": f"e{episode}", "context_id": f"e{episode}", "state_id": f"e{episode}|t4",
+                         "user_profile": None, "branch": None if turn == 0 else turn - 1, "block": 0,
+                         "turn_idx": turn, "role": "companion", "speaker": "anchor", "text": "hi", "seed": 1,
+                         "directive": "{}", "director_seed": 2, "directive_attempts": 3 if fallback else 1,
+                         "fallback": fallback})
+    return pl.DataFrame(rows, schema=EPISODE_SCHEMA)
+
+
+def test_directive_validity_and_fallbacks_are_counted_with_intervals_and_no_pairs_is_not_an_error():
+    judgments = pl.DataFrame({"query_id": ["e0|t4"], "candidate_idx": [0], "judge": ["h"],
+                              **{c: [3.0] for c in RUBRIC.criterion_ids}, "overall": [3.0], "feedback": [""],
+                              "ok": [True], "error": [None], "attempts": [1]})
+    pairs = pl.DataFrame(schema={"query_id": pl.String, "persona": pl.String, "prompt": MESSAGES, "chosen": pl.String,
+                                 "rejected": pl.String, "margin": pl.Float64, "chosen_score": pl.Float64,
+                                 "rejected_score": pl.Float64, "director_prompt": MESSAGES,
+                                 "chosen_directive": pl.String, "rejected_directive": pl.String,
+                                 "chosen_fallback": pl.Boolean, "rejected_fallback": pl.Boolean})
+    summary = stage2_summary(RUBRIC, episodes(), judgments, pairs, {"hits": 0, "misses": 12})
+    directives = summary["directives"]
+    assert directives["turns"] == 12 and directives["fallbacks"] == 1 and directives["attempts"] == {"1": 11, "3": 1}
+    assert directives["valid"]["value"] == 11 / 12 and directives["valid"]["clusters"] == 4
+    assert directives["valid"]["ci_low"] <= 11 / 12 <= directives["valid"]["ci_high"]
+    summary["director_method"] = "grpo"
+    text = stage2_markdown(summary)
+    assert "Valid directives (no fallback): 91.7% [" in text and "(n=12 from 4 clusters)" in text
+    assert "Fallbacks (the least recent speaker, after every attempt failed): 1 of 12" in text
+    assert "Trajectory pairs: 0 from 0 of 4 states" in text
+
+
+def test_the_director_before_after_gives_each_score_and_validity_its_n_and_interval():
+    samples = pl.DataFrame({
+        "state_id": [f"s{i}" for i in range(6) for _ in range(2)] * 2,
+        "policy": ["base"] * 12 + ["director"] * 12, "sample_idx": [0, 1] * 12,
+        "reward": [0.1] * 12 + [0.3, 0.5] * 6, "group_rm": [0.1] * 12 + [0.2] * 12,
+        "format": [0.0, 1.0] * 6 + [1.0] * 12, "valid": [False, True] * 6 + [True] * 12})
+    metrics = director_metrics(samples, BeforeAfterConfig(bootstrap_resamples=200), seed=0)
+    assert metrics["states"] == 6 and metrics["fallbacks"] == {"base": 6, "director": 0}
+    assert metrics["validity"]["base"]["value"] == 0.5 and metrics["validity"]["director"]["value"] == 1.0
+    assert metrics["scores"]["group_rm"]["difference"]["n"] == 6
+    text = "\n".join(director_eval_markdown(metrics))
+    assert "| group_rm | 6 |" in text and "+0.100" in text
+    assert "Directive validity: base 50.0% [" in text and "(n=12 from 6 clusters)" in text
