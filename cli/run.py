@@ -23,6 +23,12 @@ PREFECT_DEFAULTS = {"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "60",
                     "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
 
 
+RunNameOption = Annotated[str | None, typer.Option(help="Override run.name (the run directory's name).")]
+RefreshOption = Annotated[bool, typer.Option(
+    help="Recompute every step instead of reusing cached results. LLM requests are still answered by the request "
+         "cache; training runs again.")]
+
+
 class Stage1Step(str, Enum):
     pairs = "pairs"
     persona_rm = "persona_rm"
@@ -32,13 +38,11 @@ class Stage1Step(str, Enum):
 @run_app.command("stage1")
 def run_stage1(
     config: ConfigOption,
-    run_name: Annotated[str | None, typer.Option(help="Override run.name (the run directory's name).")] = None,
+    run_name: RunNameOption = None,
     until: Annotated[Stage1Step, typer.Option(
         help="Last step: 'pairs' (data only), 'persona_rm' (+ reward model) or 'speaker' (+ GRPO and the "
              "before/after comparison).")] = Stage1Step.speaker,
-    refresh: Annotated[bool, typer.Option(
-        help="Recompute every step instead of reusing cached results. LLM requests are still answered by "
-             "the request cache; training runs again.")] = False,
+    refresh: RefreshOption = False,
 ):
     """Stage 1: candidates, judgments and preference pairs; the persona reward model; the GRPO Speaker.
 
@@ -51,11 +55,7 @@ def run_stage1(
     """
     # Fail fast, before Prefect starts, on a bad config, a bad run name, or (when training) this machine.
     loaded = load(config, check_machine=until is not Stage1Step.pairs)
-    if run_name is not None:
-        try:
-            loaded = loaded.renamed(run_name)
-        except ValidationError as exc:
-            fail(f"--run-name {run_name!r}: {exc.errors()[0]['msg'].replace('String should', 'should')}")
+    loaded = renamed(loaded, run_name)
     start_stage("stage1", config, loaded, run_name, until.value, refresh)
 
 
@@ -67,14 +67,12 @@ class DirectorMethod(str, Enum):
 @run_app.command("stage2")
 def run_stage2(
     config: ConfigOption,
-    run_name: Annotated[str | None, typer.Option(help="Override run.name (the run directory's name).")] = None,
+    run_name: RunNameOption = None,
     director_method: Annotated[DirectorMethod, typer.Option(
         help="How the Director is trained: 'grpo' (default, the paper's method: GRPO against the group reward "
              "model) or 'dpo' (an alternative, NOT the paper's method: DPO over the branches' directive "
              "pairs).")] = DirectorMethod.grpo,
-    refresh: Annotated[bool, typer.Option(
-        help="Recompute every step instead of reusing cached results. LLM requests are still answered by "
-             "the request cache; training runs again.")] = False,
+    refresh: RefreshOption = False,
 ):
     """Stage 2: branched episodes, the group judge and trajectory pairs; the group reward model; the Director.
 
@@ -89,11 +87,7 @@ def run_stage2(
     if director_method is DirectorMethod.dpo and loaded.train.director_dpo is None:
         fail(f"--director-method dpo trains train.director_dpo, which {config} does not have; configs/tiny.yaml "
              "has one to copy")
-    if run_name is not None:
-        try:
-            loaded = loaded.renamed(run_name)
-        except ValidationError as exc:
-            fail(f"--run-name {run_name!r}: {exc.errors()[0]['msg'].replace('String should', 'should')}")
+    loaded = renamed(loaded, run_name)
     from mascot.artifacts import ArtifactChanged, RunDir
 
     needed = ["stage1/contexts"] + (["stage1/speaker"] if loaded.stage2.speaker is None else [])
@@ -103,6 +97,16 @@ def run_stage2(
     except (FileNotFoundError, ArtifactChanged) as exc:
         fail(str(exc))
     start_stage("stage2", config, loaded, run_name, director_method.value, refresh)
+
+
+def renamed(loaded: RunConfig, run_name: str | None) -> RunConfig:
+    """The config under `--run-name`, checked like `run.name`."""
+    if run_name is None:
+        return loaded
+    try:
+        return loaded.renamed(run_name)
+    except ValidationError as exc:
+        fail(f"--run-name {run_name!r}: {exc.errors()[0]['msg'].replace('String should', 'should')}")
 
 
 def start_stage(stage: str, config: Path, loaded: RunConfig, run_name: str | None, step: str, refresh: bool) -> None:

@@ -16,10 +16,10 @@ from mascot.config import DirectorDPOConfig
 from mascot.torch_runtime import quiet_transformers, require_torch
 from mascot.train.lora import count_trainable_parameters, peft_lora_config
 from mascot.train.runtime import (
-    Resume,
     TrainingSetupError,
     device_args,
     metrics_on_progress_bar,
+    train_resuming,
     wandb_callbacks,
 )
 
@@ -51,9 +51,7 @@ def train_dpo_policy(config: DirectorDPOConfig, records: list[dict[str, Any]], o
                              callbacks=wandb_callbacks(name))
     metrics_on_progress_bar(trainer, ["loss", "rewards/accuracies", "rewards/margins"])
     parameters = count_trainable_parameters(trainer.model)
-    resume = Resume.latest(checkpoints)
-    with quiet_transformers():
-        trainer.train(resume_from_checkpoint=str(resume.checkpoint) if resume.checkpoint else None)
+    resume = train_resuming(trainer, checkpoints)
 
     with quiet_transformers(), atomic_dir(out) as staging:
         trainer.save_model(str(staging))

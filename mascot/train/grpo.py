@@ -23,7 +23,13 @@ from mascot.artifacts import Artifact, atomic_dir, dir_artifact, write_json
 from mascot.config import BackendConfig, GRPOPolicyConfig, SamplingParams
 from mascot.torch_runtime import quiet_transformers, require_torch
 from mascot.train.lora import count_trainable_parameters, peft_lora_config
-from mascot.train.runtime import Resume, device_args, metrics_on_progress_bar, trainer_device, wandb_callbacks
+from mascot.train.runtime import (
+    device_args,
+    metrics_on_progress_bar,
+    train_resuming,
+    trainer_device,
+    wandb_callbacks,
+)
 
 RewardFunction = Callable[..., list[float]]
 
@@ -65,9 +71,7 @@ def train_grpo_policy(config: GRPOPolicyConfig, prompts: list[dict[str, Any]], r
         )
     metrics_on_progress_bar(trainer, ["reward", "reward_std", "kl"])
     parameters = count_trainable_parameters(trainer.model)
-    resume = Resume.latest(checkpoints)
-    with quiet_transformers():
-        trainer.train(resume_from_checkpoint=str(resume.checkpoint) if resume.checkpoint else None)
+    resume = train_resuming(trainer, checkpoints)
 
     with quiet_transformers(), atomic_dir(out) as staging:
         trainer.save_model(str(staging))  # the PEFT adapter only

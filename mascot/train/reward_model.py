@@ -26,11 +26,11 @@ from mascot.queries import context_ids
 from mascot.stats import clustered_mean, describe, histogram, proportion
 from mascot.torch_runtime import quiet_transformers, require_torch
 from mascot.train.runtime import (
-    Resume,
     TrainingSetupError,
     checkpoint_dir,
     device_args,
     metrics_on_progress_bar,
+    train_resuming,
     trainer_device,
     wandb_callbacks,
 )
@@ -129,9 +129,7 @@ def train_reward_model(config: RewardModelConfig, pairs: Artifact, contexts: Art
     trainer = RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(records),
                             processing_class=tokenizer, callbacks=wandb_callbacks(name))
     metrics_on_progress_bar(trainer, ["loss", "accuracy", "margin"])
-    resume = Resume.latest(checkpoints)
-    with quiet_transformers():
-        trainer.train(resume_from_checkpoint=str(resume.checkpoint) if resume.checkpoint else None)
+    resume = train_resuming(trainer, checkpoints)
 
     with quiet_transformers(), atomic_dir(out) as staging:
         trainer.save_model(str(staging))

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from mascot.artifacts import content_sha256
 from mascot.config import TrainerConfig
-from mascot.torch_runtime import require_torch
+from mascot.torch_runtime import quiet_transformers, require_torch
 from mascot.tracking import active_run
 
 # TRL 1.16 itself still uses transformers' deprecated `gradient_checkpointing` names; the warning
@@ -65,6 +65,14 @@ class Resume:
             return cls(None, 0)
         step, checkpoint = max(steps)
         return cls(checkpoint, step)
+
+
+def train_resuming(trainer, checkpoints: Path) -> Resume:
+    """Train from the newest complete checkpoint in `checkpoints`, or from the start; returns where it began."""
+    resume = Resume.latest(checkpoints)
+    with quiet_transformers():
+        trainer.train(resume_from_checkpoint=str(resume.checkpoint) if resume.checkpoint else None)
+    return resume
 
 
 def wandb_callbacks(prefix: str) -> list:
