@@ -1,1 +1,2 @@
-"""Stage 2, collaborative dialogue: the Director's directives, episodes, group pairs and rewards."""
+"""Stage 2, collaborative dialogue: branching, group judging and pairs, the Director's rewards and training,
+its before/after comparison and its report. Conversations themselves are stage-neutral (`mascot.dialogue`)."""
