@@ -143,7 +143,8 @@ async def play(cast: Cast, episode: Episode, turns: list[Turn], n_turns: int, pa
 
 
 def directive_json(directive: Directive | None) -> str | None:
-    return None if directive is None else json.dumps(directive.model_dump(), sort_keys=True)
+    """The directive as JSON in the schema's key order, the order the Director's prompt asks for."""
+    return None if directive is None else json.dumps(directive.model_dump())
 
 
 def turn_row(turn: Turn) -> dict[str, Any]:

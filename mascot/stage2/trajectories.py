@@ -9,9 +9,9 @@ form it learned from.
 Trajectory pairs follow Stage 1's rule (`mascot.stage1.pairs.build_preference_pairs`): for each
 state, every two branches whose group scores differ by at least `stage2.margin`. Their `persona`
 column is the persona the chosen branch's first directive named. Directive pairs, for DPO, are the
-same pairs' first directives, as the Director wrote them, to the Director's prompt at that state;
-a branch whose first directive was the fallback has no directive the Director wrote, so its pairs
-give no directive pair.
+same pairs' first directives (parsed, as JSON in the schema's key order), to the Director's prompt
+at that state; a branch whose first directive was the fallback has no directive the Director
+wrote, so its pairs give no directive pair.
 """
 
 from __future__ import annotations
