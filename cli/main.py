@@ -200,7 +200,7 @@ def sample(
     with _corpus_errors():
         picked = load_corpus(run.data.corpus, limit=contexts, seed=run.run.seed)
     cache = RequestCache(run.cache.requests)
-    backend = make_backend(resolve_tiny_models(run).generation, cache=cache)
+    backend = make_backend(resolve_tiny_models(run, trainers=False, stage2=False).generation, cache=cache)
     queries = build_queries(picked, personas)
     k = k or run.stage1.k
     with console.status(f"sampling {len(queries)} queries x {k} candidates"):

@@ -67,7 +67,7 @@ def stage1(config_path: str, run_name: str | None = None, until: Until = "speake
 
     with temporary_settings(updates=cache), stopped_at_step("stage 1", run.root):
         # Built once, here, so that every step gets loadable folders; trainers' models only when training.
-        config = resolve_tiny_models(config, trainers=until != "pairs")
+        config = resolve_tiny_models(config, trainers=until != "pairs", stage2=False)
         seed, requests, train = config.run.seed, config.cache.requests, config.train
         panel = PanelSpec.load(config.stage1.judges, config.stage1.rubric)
         contexts = steps.write_contexts(config.data, seed, run.path("stage1", "contexts.parquet"))

@@ -45,6 +45,7 @@ CHAT_TEMPLATE = (
 WARM_START_CORPORA = [("empathetic_dialogues", "empathetic_dialogues"), ("qmsum", "qmsum")]
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 ROSTERS_DIR = PROJECT_ROOT / "configs" / "rosters"
+STAGE2_TRAINERS = ("group_rm", "director", "director_dpo")
 PACKAGE = Path(__file__).resolve().parents[1]
 # This file and the code that turns shipped text into the warm start's prompts.
 PROMPT_CODE = [Path(__file__), PACKAGE / "prompts" / "__init__.py", PACKAGE / "dialogue" / "directives.py",
@@ -106,16 +107,23 @@ def build_tiny_models(spec: TinyModelSpec, cache_root: str | Path, progress: boo
     return models
 
 
-def resolve_tiny_models(config: RunConfig, progress: bool = True, *, trainers: bool = True) -> RunConfig:
+def resolve_tiny_models(config: RunConfig, progress: bool = True, *, trainers: bool = True,
+                        stage2: bool = True) -> RunConfig:
     """A copy of `config` in which every `tiny:` model reference names its built folder.
 
     The tiny models are built (or found in the cache) once, here, so that every step downstream gets
     a model `from_pretrained` can load. A judge keeps its label: one without a `name` was labelled by
     its model reference, and judgments.parquet must not change with where the cache lives. With
-    `trainers=False` (a run that trains nothing) the trainers' references are left as they are, so
-    a data-only run on HTTP backends builds nothing and never imports torch.
+    `trainers=False` (a run that trains nothing) the trainers' references are left as they are, and
+    with `stage2=False` (a Stage 1 run) Stage 2's roles and trainers are, so a data-only Stage 1 run
+    on HTTP backends builds nothing and never imports torch.
     """
-    refs = {loc: ref for loc, ref in config.model_refs().items() if trainers or loc[0] != "train"}
+    def needed(loc: tuple) -> bool:
+        if loc[0] == "stage2" or loc[:2] in {("train", name) for name in STAGE2_TRAINERS}:
+            return stage2
+        return trainers or loc[0] != "train"
+
+    refs = {loc: ref for loc, ref in config.model_refs().items() if needed(loc)}
     if not any(ref in TINY_MODELS for ref in refs.values()):
         return config
     assert config.tiny is not None  # RunConfig validation guarantees it

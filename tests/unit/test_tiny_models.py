@@ -82,3 +82,15 @@ def test_missing_build_leaves_nothing_half_written(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="killed mid-build"):
         build_tiny_models(QUICK.model_copy(update={"warm_start_steps": 1}), tmp_path, progress=False)
     assert list((tmp_path / "tiny-models").iterdir()) == []
+
+
+def test_a_data_only_stage1_run_on_a_server_builds_nothing_even_when_stage2_is_tiny(tiny_config, tmp_path):
+    from mascot.config import BackendConfig
+    from mascot.train.tiny import resolve_tiny_models
+
+    server = BackendConfig(kind="openai", model="served", base_url="http://127.0.0.1:9/v1")
+    config = tiny_config.model_copy(update={"generation": server, "cache": tiny_config.cache.model_copy(
+        update={"dir": tmp_path})})
+    assert config.stage2.director.model == "tiny:lm"
+    assert resolve_tiny_models(config, trainers=False, stage2=False) is config
+    assert not (tmp_path / "tiny-models").exists()
