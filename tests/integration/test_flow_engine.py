@@ -70,8 +70,8 @@ def mascot(config: Path, run_name: str, api: str, *options: str, python: tuple[s
 def task_runs(api: str, done: subprocess.CompletedProcess) -> list[dict]:
     """The flow run's task runs, as Prefect's API has them once their states have settled.
 
-    Task-run states reach the server as events, processed in the background: wait until none is
-    running or awaiting a retry and two reads a second apart agree. (A task whose input failed stays
+    Task-run states reach the server as events, processed in the background: wait until every run
+    has a state, none is running or awaiting a retry, and two reads a second apart agree. (A task whose input failed stays
     Pending for good.)
     """
     flow_run = re.search(r"/runs/flow-run/([0-9a-f-]{36})", done.stdout + done.stderr)[1]
@@ -79,8 +79,9 @@ def task_runs(api: str, done: subprocess.CompletedProcess) -> list[dict]:
     while True:
         answer = httpx.post(f"{api}/task_runs/filter", json={"flow_runs": {"id": {"any_": [flow_run]}}, "limit": 200})
         runs = answer.raise_for_status().json()
-        seen = sorted((run["id"], run["state"]["name"]) for run in runs)
-        settled = seen == last and not any(run["state"]["type"] in UNFINISHED for run in runs)
+        # A task run the server has created but whose first state it has not processed yet has none.
+        seen = sorted((run["id"], (run["state"] or {}).get("name")) for run in runs)
+        settled = seen == last and all(run["state"] and run["state"]["type"] not in UNFINISHED for run in runs)
         if settled or time.monotonic() > deadline:
             return runs
         last = seen
