@@ -169,7 +169,7 @@ def test_a_killed_speaker_training_resumes_from_its_checkpoint(workdir):
     for score in summary["before_after"]["scores"].values():
         assert {"mean", "n", "ci_low", "ci_high"} <= set(score["difference"])
     report = (run / "stage1" / "report.md").read_text()
-    assert "Held-out pair accuracy" in report and "difference [95% CI]" in report
+    assert "Held-out pair accuracy" in report and "difference [95% CI over contexts]" in report
     assert (run / "stage1" / "reward_curve.png").read_bytes().startswith(b"\x89PNG")
     manifest = json.loads((run / "manifest.json").read_text())["artifacts"]
     assert {"stage1/persona_rm", "stage1/speaker", "stage1/speaker_eval", "stage1/report"} <= set(manifest)
