@@ -46,7 +46,10 @@ def tiny_config():
 
 @pytest.fixture(scope="session")
 def tiny_models(tiny_config):
-    """The tiny offline models of configs/tiny.yaml, built once per test session."""
+    """The tiny offline models of configs/tiny.yaml (test-sized warm start), built once per test session."""
+    from stage1_runs import TEST_WARM_START
+
     from mascot.train.tiny import build_tiny_models
 
-    return build_tiny_models(tiny_config.tiny, SESSION_DIR / "mascot-cache", progress=False)
+    spec = tiny_config.tiny.model_copy(update={"warm_start_steps": TEST_WARM_START})
+    return build_tiny_models(spec, SESSION_DIR / "mascot-cache", progress=False)

@@ -10,11 +10,16 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 MASCOT = str(Path(sys.executable).parent / "mascot")
+# The demo's tiny models warm-start for 600 steps (about 3 minutes); tests need models that load
+# and generate, not ones that write valid directives. conftest's `tiny_models` builds them once per
+# session with these steps, and every config written here names the same build.
+TEST_WARM_START = 300
 
 
 def write_config(folder: Path, name: str = "stage1", cache_dir: Path | None = None, train: dict | None = None,
                  **stage1) -> Path:
-    """configs/tiny.yaml, made smaller, writing runs under `folder`; `train` entries override sections."""
+    """configs/tiny.yaml, made test-sized (4 contexts, K=4, the session's tiny models), writing runs under
+    `folder`; `stage1` and `train` entries override sections."""
     config = yaml.safe_load((REPO / "configs" / "tiny.yaml").read_text())
     if cache_dir is not None:
         config["cache"] = {"dir": str(cache_dir)}
@@ -25,6 +30,8 @@ def write_config(folder: Path, name: str = "stage1", cache_dir: Path | None = No
     config["stage1"]["rubric"] = str(REPO / "configs" / "rubrics" / "emotional_support.yaml")
     config["stage2"]["rubric"] = str(REPO / "configs" / "rubrics" / "group_emotional_support.yaml")
     config["stage1"]["shard_size"] = 2
+    config["stage1"]["k"] = 4
+    config["tiny"]["warm_start_steps"] = TEST_WARM_START
     config["stage1"].update(stage1)
     for section, values in (train or {}).items():
         config["train"][section] = {**config["train"].get(section, {}), **values} if isinstance(values, dict) else values

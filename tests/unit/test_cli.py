@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from stage1_runs import write_config
 from typer.testing import CliRunner
 
 from cli.main import app
@@ -90,7 +91,7 @@ def test_resume_refuses_a_folder_without_a_manifest_and_a_changed_config(tmp_pat
 
 def test_sample_prints_k_candidates_then_replays_from_the_cache(tiny_models, tmp_path, monkeypatch):
     monkeypatch.setenv("MASCOT_CACHE_DIR", str(tiny_models.lm.parents[2]))  # reuse the session's build
-    args = ["sample", "--config", TINY, "--contexts", "2", "--k", "3", "--persona", "anchor",
+    args = ["sample", "--config", str(write_config(tmp_path)), "--contexts", "2", "--k", "3", "--persona", "anchor",
             "--persona", "catalyst"]
     first = runner.invoke(app, args)
     assert first.exit_code == 0, first.output
