@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Literal
 
 from prefect import flow
-from prefect.runtime import flow_run
 from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, PREFECT_TASKS_REFRESH_CACHE, temporary_settings
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.failures import completed, stopped_at_step
+from flows.naming import flow_run_name
 from mascot import tracking
 from mascot.artifacts import Artifact, RunDir
 from mascot.config import load_config
@@ -43,13 +43,7 @@ Until = Literal["pairs", "persona_rm", "speaker"]
 WORKERS = 16
 
 
-def flow_run_name() -> str:
-    """`stage1/<run name>`, so that the UI and `prefect flow-run ls` show which run is which."""
-    parameters = flow_run.parameters
-    return f"stage1/{parameters.get('run_name') or load_config(parameters['config_path']).run.name}"
-
-
-@flow(name="stage1", flow_run_name=flow_run_name, task_runner=ThreadPoolTaskRunner(max_workers=WORKERS))
+@flow(name="stage1", flow_run_name=flow_run_name("stage1"), task_runner=ThreadPoolTaskRunner(max_workers=WORKERS))
 def stage1(config_path: str, run_name: str | None = None, until: Until = "speaker",
            refresh: bool = False) -> dict[str, Artifact]:
     """Run Stage 1 of a config up to `until`; returns the artifacts written.

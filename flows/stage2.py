@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Literal
 
 from prefect import flow
-from prefect.runtime import flow_run
 from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, PREFECT_TASKS_REFRESH_CACHE, temporary_settings
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.failures import completed, stopped_at_step
+from flows.naming import flow_run_name
 from mascot import tracking
 from mascot.artifacts import Artifact, RunDir
 from mascot.config import load_config
@@ -37,12 +37,7 @@ DirectorMethod = Literal["grpo", "dpo"]
 WORKERS = 16  # as in Stage 1: threads wait on the backends' limits, and tasks only wait on earlier tasks
 
 
-def flow_run_name() -> str:
-    parameters = flow_run.parameters
-    return f"stage2/{parameters.get('run_name') or load_config(parameters['config_path']).run.name}"
-
-
-@flow(name="stage2", flow_run_name=flow_run_name, task_runner=ThreadPoolTaskRunner(max_workers=WORKERS))
+@flow(name="stage2", flow_run_name=flow_run_name("stage2"), task_runner=ThreadPoolTaskRunner(max_workers=WORKERS))
 def stage2(config_path: str, run_name: str | None = None, director_method: DirectorMethod = "grpo",
            refresh: bool = False) -> dict[str, Artifact]:
     """Run Stage 2 of a config on its finished Stage 1; returns the artifacts written.
@@ -106,8 +101,9 @@ def stage2(config_path: str, run_name: str | None = None, director_method: Direc
             run.record(artifacts)
             samples = steps.sample_directors(policy, train.director_eval, cast, seed, episodes, contexts, director,
                                              requests, run.path("stage2", "director_eval-samples.parquet"))
-            scored = steps.score_directors(train.director, cast, stage.episodes.block_turns, seed, episodes, contexts,
-                                           group_rm, samples, requests, run.path("stage2", "director_eval-scored.parquet"))
+            scored = steps.score_directors(train.director, train.director_eval, cast, stage.episodes.block_turns, seed,
+                                           episodes, contexts, group_rm, samples, requests,
+                                           run.path("stage2", "director_eval-scored.parquet"))
             artifacts["stage2/director_eval"] = steps.compare_directors(train.director_eval, seed, scored,
                                                                         run.path("stage2", "director_eval"))
             artifacts |= report_stage2(config.run.name, panel.rubric, director_method, artifacts, requests,

@@ -11,6 +11,7 @@ from mascot.config import (
     BeforeAfterConfig,
     DirectorConfig,
     DirectorDPOConfig,
+    DirectorEvalConfig,
     EpisodeConfig,
     GRPOPolicyConfig,
     RewardModelConfig,
@@ -73,10 +74,11 @@ def sample_directors(policy: GRPOPolicyConfig, compare: BeforeAfterConfig, cast:
 
 
 @task(**CACHED, **REPORTED)
-def score_directors(config: DirectorConfig, cast: CastSpec, block_turns: int, seed: int, episodes: Artifact,
-                    contexts: Artifact, group_rm: Artifact, samples: Artifact, requests: Path, out: Path) -> Artifact:
-    return director_eval.score_directors(config, cast, block_turns, seed, episodes, contexts, group_rm, samples,
-                                         requests, keyed(out))
+def score_directors(config: DirectorConfig, evaluation: DirectorEvalConfig, cast: CastSpec, block_turns: int,
+                    seed: int, episodes: Artifact, contexts: Artifact, group_rm: Artifact, samples: Artifact,
+                    requests: Path, out: Path) -> Artifact:
+    return director_eval.score_directors(config, evaluation, cast, block_turns, seed, episodes, contexts, group_rm,
+                                         samples, requests, keyed(out))
 
 
 @task(**CACHED, **REPORTED)

@@ -16,6 +16,7 @@ from mascot.config.stage1 import BeforeAfterConfig, SpeakerConfig, SpeakerReward
 from mascot.config.stage2 import (
     DirectorConfig,
     DirectorDPOConfig,
+    DirectorEvalConfig,
     DirectorRewardWeights,
     EpisodeConfig,
     Stage2Config,
@@ -24,7 +25,7 @@ from mascot.config.training import GRPOPolicyConfig, LoraConfig, RewardModelConf
 
 __all__ = [
     "CORPUS_DOMAIN", "SAMPLES_DIR", "TINY_MODELS", "BackendConfig", "BeforeAfterConfig", "CacheConfig", "CorpusConfig",
-    "DataConfig", "DirectorConfig", "DirectorDPOConfig", "DirectorRewardWeights", "EpisodeConfig",
+    "DataConfig", "DirectorConfig", "DirectorDPOConfig", "DirectorEvalConfig", "DirectorRewardWeights", "EpisodeConfig",
     "GRPOPolicyConfig", "JudgeConfig", "LoraConfig", "RewardModelConfig", "RunConfig", "RunSection",
     "SamplingParams", "Section", "SpeakerConfig", "SpeakerRewardWeights", "Stage1Config", "Stage2Config", "TinyModelSpec",
     "TrackingConfig", "TrainConfig", "TrainerConfig", "load_any", "load_config",

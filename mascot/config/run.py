@@ -16,7 +16,7 @@ from mascot.config.backends import BackendConfig
 from mascot.config.base import TINY_MODELS, ConfigPath, RunName, Section
 from mascot.config.data import DataConfig
 from mascot.config.stage1 import BeforeAfterConfig, SpeakerConfig, Stage1Config
-from mascot.config.stage2 import DirectorConfig, DirectorDPOConfig, Stage2Config
+from mascot.config.stage2 import DirectorConfig, DirectorDPOConfig, DirectorEvalConfig, Stage2Config
 from mascot.config.training import RewardModelConfig, TrainerConfig
 from mascot.yamlio import FieldError
 
@@ -37,8 +37,8 @@ class TrainConfig(Section):
                                             "method).")
     director_dpo: DirectorDPOConfig | None = Field(default=None, description="The DPO Director (Stage 2, an "
                                                    "optional alternative to GRPO).")
-    director_eval: BeforeAfterConfig = Field(default_factory=BeforeAfterConfig,
-                                             description="The Director against its base policy on held-out states.")
+    director_eval: DirectorEvalConfig = Field(default_factory=DirectorEvalConfig,
+                                              description="The Director against its base policy on held-out states.")
 
     @property
     def trainers(self) -> dict[str, TrainerConfig]:

@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 
 from mascot.config.backends import JudgeConfig
 from mascot.config.base import ConfigPath, Section
-from mascot.config.training import GRPOPolicyConfig
+from mascot.config.training import GRPOPolicyConfig, RewardWeights
 from mascot.yamlio import FieldError
 
 
@@ -36,17 +36,10 @@ class Stage1Config(Section):
         return self
 
 
-class SpeakerRewardWeights(Section):
+class SpeakerRewardWeights(RewardWeights):
     persona_rm: float = Field(default=1.0, ge=0, description="Weight of the persona reward model's score.")
     format: float = Field(default=0.5, ge=0, description="Weight of the format reward (0 to 1).")
     conciseness: float = Field(default=0.5, ge=0, description="Weight of the conciseness reward (0 to 1).")
-
-    @model_validator(mode="after")
-    def _something_rewarded(self) -> SpeakerRewardWeights:
-        if not any(self.model_dump().values()):
-            raise ValueError("every reward weight is 0, so GRPO would have nothing to learn from; give at least "
-                             "one a positive weight")
-        return self
 
 
 class SpeakerConfig(GRPOPolicyConfig):

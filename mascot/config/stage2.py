@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from mascot.config.backends import BackendConfig, JudgeConfig
 from mascot.config.base import ConfigPath, Section
-from mascot.config.training import GRPOPolicyConfig, LoraConfig, TrainerConfig
+from mascot.config.stage1 import BeforeAfterConfig
+from mascot.config.training import GRPOPolicyConfig, LoraConfig, RewardWeights, TrainerConfig
 
 
 class EpisodeConfig(Section):
@@ -38,16 +39,9 @@ class Stage2Config(Section):
                                           description="Fail the run when more judgments than this share fail.")
 
 
-class DirectorRewardWeights(Section):
+class DirectorRewardWeights(RewardWeights):
     group_rm: float = Field(default=1.0, ge=0, description="Weight of the group reward model's score of the block.")
     format: float = Field(default=0.5, ge=0, description="Weight of the format reward: 1 for a valid directive.")
-
-    @model_validator(mode="after")
-    def _something_rewarded(self) -> DirectorRewardWeights:
-        if not any(self.model_dump().values()):
-            raise ValueError("every reward weight is 0, so GRPO would have nothing to learn from; give at least "
-                             "one a positive weight")
-        return self
 
 
 class DirectorConfig(GRPOPolicyConfig):
@@ -71,3 +65,12 @@ class DirectorDPOConfig(TrainerConfig):
     beta: float = Field(default=0.1, gt=0, description="DPO's temperature: how far the policy may move from the base.")
     max_length: int = Field(default=2048, ge=16, description="Longest prompt + directive in tokens.")
 
+
+
+class DirectorEvalConfig(BeforeAfterConfig):
+    """The held-out comparison of the base Director and the trained one."""
+
+    rollouts: int = Field(
+        default=2, ge=1, description="Rollouts of every sampled directive, each with its own seed; the directive's "
+        "score is their mean. With 2 or more, the report separates the rollouts' noise from the spread between "
+        "directives, which is all a Director can change.")

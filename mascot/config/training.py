@@ -64,6 +64,17 @@ class RewardModelConfig(TrainerConfig):
     epochs: float = Field(default=1.0, gt=0, description="Passes over the training pairs (num_train_epochs).")
 
 
+class RewardWeights(Section):
+    """A GRPO policy's reward terms, one weight each; the reward is their weighted sum."""
+
+    @model_validator(mode="after")
+    def _something_rewarded(self) -> RewardWeights:
+        if not any(self.model_dump().values()):
+            raise ValueError("every reward weight is 0, so GRPO would have nothing to learn from; give at least "
+                             "one a positive weight")
+        return self
+
+
 class GRPOPolicyConfig(TrainerConfig):
     """TRL's GRPOTrainer on a LoRA adapter: a policy rewarded by reward functions."""
 

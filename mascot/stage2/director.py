@@ -67,11 +67,13 @@ class GroupRMReward:
         self.run_seed = run_seed
         self.scorer = RewardModelScorer(group_rm, name="group_rm", device=trainer_device(config))
 
-    def rollouts(self, state_ids: list[str], texts: list[str]) -> list[list[Turn]]:
+    def rollouts(self, state_ids: list[str], texts: list[str], draw: int = 0) -> list[list[Turn]]:
+        """The block each directive leads to from its state; `draw` > 0 gives another rollout (training's is 0)."""
+
         async def one(state: StoredState, text: str) -> list[Turn]:
             reply = read_reply(text, self.roster, state.state, None)
-            # Seeded by the state and the directive's text: the same directive leads to the same block.
-            path = "rollout-" + hashlib.sha256(text.encode()).hexdigest()[:16]
+            # Seeded by the state, the directive's text and the draw: the same directive leads to the same block.
+            path = "rollout-" + hashlib.sha256(text.encode()).hexdigest()[:16] + (f"-{draw}" if draw else "")
             episode = Episode(state.context, None, self.run_seed)
             return await play(self.cast, episode, state.state, self.turns, path, first=reply)
 

@@ -2,21 +2,24 @@
 
 Both policies sample `samples_per_prompt` directives for every held-out state with the same
 request seeds (`sample_directors`). Every sample is read as written and scored by the Director's
-reward functions exactly as during training (`score_directors`): its validity (the format reward)
-and the group reward model's score of the block it leads to. `compare_directors` averages the
-samples per state and gives the paired (trained - base) differences a bootstrap interval, and
-each policy's directive validity a bootstrap interval over states, with the fallback counts.
+reward functions as during training (`score_directors`): its validity (the format reward) and the
+group reward model's score of the block it leads to, here the mean over `rollouts` rollouts, each
+with its own seed (training sees one). `compare_directors` averages the samples per state and gives
+the paired (trained - base) differences a bootstrap interval, and each policy's directive validity
+a bootstrap interval over states, with the fallback counts. `reward_signal` splits the spread of
+the group reward model's score into the rollouts' noise and the spread between directives.
 """
 
 from __future__ import annotations
 
 import asyncio
+import statistics
 from pathlib import Path
 
 import polars as pl
 
 from mascot.artifacts import Artifact, atomic_dir, dir_artifact, write_json, write_parquet
-from mascot.config import BeforeAfterConfig, DirectorConfig, GRPOPolicyConfig
+from mascot.config import BeforeAfterConfig, DirectorConfig, DirectorEvalConfig, GRPOPolicyConfig
 from mascot.dialogue.directives import director_messages
 from mascot.llm import make_backend, shared_cache
 from mascot.progress import cache_hits, shard_progress
@@ -58,20 +61,25 @@ async def _sample(backend, params, cast_spec: CastSpec, states, n: int, seed: in
     return list(await asyncio.gather(*(one(state) for state in states)))
 
 
-def score_directors(config: DirectorConfig, cast_spec: CastSpec, block_turns: int, seed: int, episodes: Artifact,
-                    contexts: Artifact, group_rm: Artifact, samples: Artifact, requests: Path, out: Path) -> Artifact:
-    """Every reward term of every sampled directive, and their weighted sum (`reward`), as in training."""
+def score_directors(config: DirectorConfig, evaluation: DirectorEvalConfig, cast_spec: CastSpec, block_turns: int,
+                    seed: int, episodes: Artifact, contexts: Artifact, group_rm: Artifact, samples: Artifact,
+                    requests: Path, out: Path) -> Artifact:
+    """Every reward term of every sampled directive, and their weighted sum (`reward`), as in training; the
+    group reward model's term is the mean over the directive's rollouts (`group_rm_rollouts`)."""
     frame = samples.read_parquet()
     _, held_out = split_states(episodes, contexts)
     (group, format_), weights = director_rewards(config, cast_spec, held_out, group_rm.verified(), block_turns, seed,
                                                  requests)
     states, texts = frame["state_id"].to_list(), frame["text"].to_list()
-    blocks = group.rollouts(states, texts)
+    draws = [group.rollouts(states, texts, draw) for draw in range(evaluation.rollouts)]
+    rollouts = list(zip(*(group.score(states, blocks) for blocks in draws), strict=True))
     completions = [[{"role": "assistant", "content": text}] for text in texts]
-    scores = {"group_rm": group.score(states, blocks), "format": format_([], completions)}
+    scores = {"group_rm": [statistics.fmean(r) for r in rollouts], "format": format_([], completions)}
+    blocks = draws[0]
     frame = frame.with_columns(
         reward=pl.Series([weights[0] * g + weights[1] * f for g, f in zip(*scores.values(), strict=True)]),
         group_rm=pl.Series(scores["group_rm"]), format=pl.Series(scores["format"]),
+        group_rm_rollouts=pl.Series([list(r) for r in rollouts], dtype=pl.List(pl.Float64)),
         valid=pl.Series([f == 1.0 for f in scores["format"]]),
         next_speaker=pl.Series([block[0].speaker for block in blocks]),
         block=pl.Series([[turn.text for turn in block] for block in blocks]),
@@ -105,4 +113,26 @@ def director_metrics(samples: pl.DataFrame, compare: BeforeAfterConfig, seed: in
         metrics["validity"][policy] = clustered_mean(rows["valid"].cast(pl.Float64).to_list(), rows["state_id"].to_list(),
                                                      compare.confidence, compare.bootstrap_resamples, seed)
         metrics["fallbacks"][policy] = int((~rows["valid"]).sum())
+    metrics["signal"] = reward_signal(samples)
     return metrics
+
+
+def reward_signal(samples: pl.DataFrame) -> dict:
+    """How much of the group reward model's score a Director can change: a one-way random-effects split.
+
+    `rollout_sd`: the spread of one directive's rollouts (the Speaker's and the rest of the block's
+    sampling), pooled over directives. `directive_sd`: the spread between the directives of one state
+    (both policies' samples) beyond what that noise adds to a mean of `rollouts` rollouts, pooled
+    over states; it is the part a directive decides. Null with fewer than 2 rollouts.
+    """
+    rollouts = samples["group_rm_rollouts"].list.len().min() or 0
+    signal = {"rollouts": rollouts, "directives": samples.height, "states": samples["state_id"].n_unique(),
+              "rollout_sd": None, "directive_sd": None}
+    if rollouts < 2:
+        return signal
+    noise = samples["group_rm_rollouts"].list.var().mean()
+    spread = samples.group_by("state_id").agg(pl.col("group_rm").var()).get_column("group_rm").drop_nulls().mean()
+    signal["rollout_sd"] = noise ** 0.5
+    if spread is not None:
+        signal["directive_sd"] = max(spread - noise / rollouts, 0.0) ** 0.5
+    return signal

@@ -91,6 +91,9 @@ def wandb_metrics(summary: dict[str, Any], pairs: pl.DataFrame) -> dict[str, Any
             metrics[f"director_eval/{name}_difference"] = score["difference"]["mean"]
         for policy, share in summary["director_eval"]["validity"].items():
             metrics[f"director_eval/validity_{policy}"] = share["value"]
+        for name in ("rollout_sd", "directive_sd"):
+            if (value := summary["director_eval"]["signal"][name]) is not None:
+                metrics[f"director_eval/{name}"] = value
     return metrics
 
 
@@ -136,7 +139,8 @@ def director_eval_markdown(metrics: dict[str, Any]) -> list[str]:
     lines = ["## The Director before and after training, on held-out states", "",
              (f"{metrics['states']} held-out states, {metrics['samples_per_prompt']} directive(s) per state and policy, "
              "same seeds for both. Each directive is read as written (an invalid one becomes the fallback), rolled "
-             "out to the end of its block, and scored as in training."), "",
+             f"out to the end of its block {metrics['signal']['rollouts']} time(s) with different seeds, and scored "
+             "as in training, with the group reward model's term averaged over its rollouts."), "",
              "| score | n | base mean ± sd | trained mean ± sd | difference [95% CI] |", "|---|---|---|---|---|"]
     for name, score in metrics["scores"].items():
         base, trained, difference = score["base"], score["director"], score["difference"]
@@ -151,5 +155,12 @@ def director_eval_markdown(metrics: dict[str, Any]) -> list[str]:
               (f"Directive validity: base {clustered_interval(validity['base'])}, trained "
               f"{clustered_interval(validity['director'])} (bootstrap over states); fallbacks: base "
               f"{fallbacks['base']}, trained {fallbacks['director']}.")]
+    signal = metrics["signal"]
+    if signal["rollout_sd"] is not None and signal["directive_sd"] is not None:
+        lines += ["", (f"Reward signal: the group reward model's score of one directive's rollouts varies by sd "
+                       f"{signal['rollout_sd']:.3f} (the sampling of the rest of the block); the directives of one "
+                       f"state differ by sd {signal['directive_sd']:.3f} beyond that noise, which is what a Director "
+                       f"can change ({signal['directives']} directives of {signal['states']} states, "
+                       f"{signal['rollouts']} rollouts each). GRPO sees one rollout per sampled directive.")]
     return lines
 

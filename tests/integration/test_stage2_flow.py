@@ -113,10 +113,11 @@ def test_stage2_over_http_survives_a_sigkill_resumes_without_paying_twice_and_tr
         report = (root / "stage2" / "report.md").read_text()
         summary = json.loads((root / "stage2" / "summary.json").read_text())
         for section in ("Valid directives", "## Group reward model", "Held-out pair accuracy",
-                        "## The Director before and after training", "Directive validity: base"):
+                        "## The Director before and after training", "Directive validity: base", "Reward signal:"):
             assert section in report, section
         assert summary["director_method"] == "grpo" and summary["directives"]["fallbacks"] == 0
         assert summary["director_eval"]["validity"]["base"]["n"] > 0
+        assert summary["director_eval"]["signal"]["rollouts"] == 2  # the default: noise and spread apart
         director_round_trip(root / "stage2" / "director", tiny_models.lm)
 
         # The alternative: DPO over the stored directive pairs, on the same episodes and reward model.

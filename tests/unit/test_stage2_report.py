@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import polars as pl
+import pytest
 from test_cli import REPO
 
 from mascot.config import BeforeAfterConfig
 from mascot.rubrics import load_rubric
 from mascot.stage2.branching import EPISODE_SCHEMA
-from mascot.stage2.director_eval import director_metrics
+from mascot.stage2.director_eval import director_metrics, reward_signal
 from mascot.stage2.report import director_eval_markdown, stage2_markdown, stage2_summary
 from mascot.stage2.trajectories import MESSAGES
 
@@ -54,7 +55,8 @@ def test_the_director_before_after_gives_each_score_and_validity_its_n_and_inter
         "state_id": [f"s{i}" for i in range(6) for _ in range(2)] * 2,
         "policy": ["base"] * 12 + ["director"] * 12, "sample_idx": [0, 1] * 12,
         "reward": [0.1] * 12 + [0.3, 0.5] * 6, "group_rm": [0.1] * 12 + [0.2] * 12,
-        "format": [0.0, 1.0] * 6 + [1.0] * 12, "valid": [False, True] * 6 + [True] * 12})
+        "format": [0.0, 1.0] * 6 + [1.0] * 12, "valid": [False, True] * 6 + [True] * 12,
+        "group_rm_rollouts": [[0.1]] * 12 + [[0.2]] * 12})
     metrics = director_metrics(samples, BeforeAfterConfig(bootstrap_resamples=200), seed=0)
     assert metrics["states"] == 6 and metrics["fallbacks"] == {"base": 6, "director": 0}
     assert metrics["validity"]["base"]["value"] == 0.5 and metrics["validity"]["director"]["value"] == 1.0
@@ -62,3 +64,19 @@ def test_the_director_before_after_gives_each_score_and_validity_its_n_and_inter
     text = "\n".join(director_eval_markdown(metrics))
     assert "| group_rm | 6 |" in text and "+0.100" in text
     assert "Directive validity: base 50.0% [" in text and "(n=12 from 6 clusters)" in text
+    assert metrics["signal"]["rollout_sd"] is None and "Reward signal" not in text  # one rollout: no split
+
+
+def test_the_reward_signal_separates_the_rollouts_noise_from_the_spread_between_directives():
+    # Two states, two directives each; each directive's two rollouts lie 0.1 either side of its mean.
+    means = {("s0", 0): 0.0, ("s0", 1): 1.0, ("s1", 0): 2.0, ("s1", 1): 3.0}
+    samples = pl.DataFrame({"state_id": [s for s, _ in means], "sample_idx": [i for _, i in means],
+                            "group_rm": list(means.values()),
+                            "group_rm_rollouts": [[m - 0.1, m + 0.1] for m in means.values()]})
+    signal = reward_signal(samples)
+    assert signal["rollouts"] == 2 and signal["directives"] == 4 and signal["states"] == 2
+    # Within a directive: variance 0.02. Between the directives of a state: 0.5, of which 0.02 / 2 is noise.
+    assert signal["rollout_sd"] == pytest.approx(0.02 ** 0.5)
+    assert signal["directive_sd"] == pytest.approx(0.49 ** 0.5)
+    same = samples.with_columns(group_rm=pl.lit(0.5), group_rm_rollouts=pl.lit([0.4, 0.6]))
+    assert reward_signal(same)["directive_sd"] == 0.0  # spread no wider than the noise: nothing to learn
