@@ -53,6 +53,10 @@ class DirectorConfig(GRPOPolicyConfig):
     rollout_turns: int | None = Field(
         default=None, ge=1, description="Turns rolled out after each sampled directive before the block is scored "
         "(default: to the end of the block, stage2.episodes.block_turns).")
+    rollouts: int = Field(
+        default=1, ge=1, description="Rollouts of each sampled directive, each with its own seed; its group reward "
+        "model term is their mean. More rollouts mean less noise in GRPO's advantages, at that many times the "
+        "rollouts' cost.")
 
 
 class DirectorDPOConfig(TrainerConfig):

@@ -4,9 +4,10 @@ GRPO's prompts are the Director's prompts at the training states (the branch poi
 training contexts' episodes). Each sampled directive is read as written (`read_reply`: invalid
 means the flagged fallback, no retry), the persona it names replies through the Speaker, and the
 base Director and the Speaker play on to the end of the block (`rollout_turns`). The group reward
-model scores that block after the state (`GroupRMReward`); a small format reward is 1 for a valid
-directive (`DirectiveFormatReward`). Rollouts are seeded by the state and the directive's text, so
-the same directive always leads to the same block, and they go through the request cache.
+model scores that block after the state (`GroupRMReward`, the mean over `rollouts` rollouts); a
+small format reward is 1 for a valid directive (`DirectiveFormatReward`). Rollouts are seeded by
+the state, the directive's text and the draw, so the same directive always leads to the same
+blocks, and they go through the request cache.
 
 DPO trains on the directive pairs of the training states (`mascot.stage2.trajectories.directive_pairs`).
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -64,31 +66,37 @@ class GroupRMReward:
         self.cast = cast_spec.cast(shared_cache(requests) if requests else None)
         self.states = {state.id: state for state in states}
         self.turns = config.rollout_turns or block_turns
+        self.draws = config.rollouts
         self.run_seed = run_seed
         self.scorer = RewardModelScorer(group_rm, name="group_rm", device=trainer_device(config))
 
-    def rollouts(self, state_ids: list[str], texts: list[str], draw: int = 0) -> list[list[Turn]]:
-        """The block each directive leads to from its state; `draw` > 0 gives another rollout (training's is 0)."""
+    def rollouts(self, state_ids: list[str], texts: list[str], draws: int = 1) -> list[list[list[Turn]]]:
+        """Per draw, the block each directive leads to from its state; every rollout is in flight at once."""
 
-        async def one(state: StoredState, text: str) -> list[Turn]:
+        async def one(state: StoredState, text: str, draw: int) -> list[Turn]:
             reply = read_reply(text, self.roster, state.state, None)
-            # Seeded by the state, the directive's text and the draw: the same directive leads to the same block.
+            # Seeded by the state, the directive's text and the draw: the same directive leads to the same blocks.
             path = "rollout-" + hashlib.sha256(text.encode()).hexdigest()[:16] + (f"-{draw}" if draw else "")
             episode = Episode(state.context, None, self.run_seed)
             return await play(self.cast, episode, state.state, self.turns, path, first=reply)
 
         async def all_of_them() -> list[list[Turn]]:
-            return list(await asyncio.gather(*(one(self.states[s], t) for s, t in zip(state_ids, texts, strict=True))))
+            return list(await asyncio.gather(*(one(self.states[s], t, draw) for draw in range(draws)
+                                               for s, t in zip(state_ids, texts, strict=True))))
 
-        return asyncio.run(all_of_them())
+        blocks = asyncio.run(all_of_them())
+        return [blocks[draw * len(texts):(draw + 1) * len(texts)] for draw in range(draws)]
 
-    def score(self, state_ids: list[str], blocks: list[list[Turn]]) -> list[float]:
-        return self.scorer.score([trajectory_prompt(self.roster, self.states[s].state) for s in state_ids],
-                                 [block_text(self.roster, block) for block in blocks])
+    def score(self, state_ids: list[str], draws: list[list[list[Turn]]]) -> list[list[float]]:
+        """The group reward model's score of every draw's block, per directive."""
+        prompts = [trajectory_prompt(self.roster, self.states[s].state) for s in state_ids]
+        scores = [self.scorer.score(prompts, [block_text(self.roster, block) for block in blocks]) for blocks in draws]
+        return [list(directive) for directive in zip(*scores, strict=True)]
 
     def __call__(self, prompts: list[Messages], completions: list[Messages | str], state_id: list[str],
                  **_: Any) -> list[float]:
-        return self.score(state_id, self.rollouts(state_id, [_text(c) for c in completions]))
+        texts = [_text(c) for c in completions]
+        return [statistics.fmean(scores) for scores in self.score(state_id, self.rollouts(state_id, texts, self.draws))]
 
 
 def director_rewards(config: DirectorConfig, cast_spec: CastSpec, states: list[StoredState], group_rm: Path,

@@ -71,15 +71,15 @@ def score_directors(config: DirectorConfig, evaluation: DirectorEvalConfig, cast
     (group, format_), weights = director_rewards(config, cast_spec, held_out, group_rm.verified(), block_turns, seed,
                                                  requests)
     states, texts = frame["state_id"].to_list(), frame["text"].to_list()
-    draws = [group.rollouts(states, texts, draw) for draw in range(evaluation.rollouts)]
-    rollouts = list(zip(*(group.score(states, blocks) for blocks in draws), strict=True))
+    draws = group.rollouts(states, texts, evaluation.rollouts)
+    rollouts = group.score(states, draws)
     completions = [[{"role": "assistant", "content": text}] for text in texts]
     scores = {"group_rm": [statistics.fmean(r) for r in rollouts], "format": format_([], completions)}
     blocks = draws[0]
     frame = frame.with_columns(
         reward=pl.Series([weights[0] * g + weights[1] * f for g, f in zip(*scores.values(), strict=True)]),
         group_rm=pl.Series(scores["group_rm"]), format=pl.Series(scores["format"]),
-        group_rm_rollouts=pl.Series([list(r) for r in rollouts], dtype=pl.List(pl.Float64)),
+        group_rm_rollouts=pl.Series(rollouts, dtype=pl.List(pl.Float64)),
         valid=pl.Series([f == 1.0 for f in scores["format"]]),
         next_speaker=pl.Series([block[0].speaker for block in blocks]),
         block=pl.Series([[turn.text for turn in block] for block in blocks]),

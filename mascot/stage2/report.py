@@ -161,6 +161,6 @@ def director_eval_markdown(metrics: dict[str, Any]) -> list[str]:
                        f"{signal['rollout_sd']:.3f} (the sampling of the rest of the block); the directives of one "
                        f"state differ by sd {signal['directive_sd']:.3f} beyond that noise, which is what a Director "
                        f"can change ({signal['directives']} directives of {signal['states']} states, "
-                       f"{signal['rollouts']} rollouts each). GRPO sees one rollout per sampled directive.")]
+                       f"{signal['rollouts']} rollouts each).")]
     return lines
 

@@ -82,3 +82,34 @@ def test_branches_share_their_prefix_byte_for_byte_and_by_request(tmp_path, chat
     again = generate_shard(cast(chat), EPISODES, 0, shard, tmp_path / "requests.sqlite", tmp_path / "again.parquet")
     assert httpx.get(f"{chat}/stats").json()["requests"] == seen["requests"]
     assert again.sha256 == episodes.sha256
+
+
+def test_the_directors_reward_is_the_mean_of_its_rollouts_all_in_flight_and_seeded_by_draw(tmp_path, chat, tiny_models):
+    from mascot.config import DirectorConfig
+    from mascot.dialogue.episodes import directive_json
+    from mascot.dialogue.turns import Directive
+    from mascot.stage2.director import GroupRMReward
+
+    shard = contexts(tmp_path)
+    requests = tmp_path / "requests.sqlite"
+    states = read_states(generate_shard(cast(chat), EPISODES, 0, shard, requests, tmp_path / "episodes.parquet"),
+                         shard.contexts)
+    config = DirectorConfig(model="tiny:lm", use_cpu=True, rollouts=3)
+    reward = GroupRMReward(cast(chat), states, tiny_models.rm, config, EPISODES.block_turns, 0, requests)
+    texts = [directive_json(Directive(next_speaker=speaker, instruction="Say what you notice."))
+             for speaker in ("anchor", "catalyst")]
+    ids = [states[0].id] * 2
+    httpx.post(f"{chat}/stats/reset")
+    draws = reward.rollouts(ids, texts, 3)
+    seen = httpx.get(f"{chat}/stats").json()
+    assert len(draws) == 3 and all(len(blocks) == 2 and all(len(b) == 2 for b in blocks) for blocks in draws)
+    # Every draw of every directive is in flight together (no barrier between draws), none asked twice.
+    assert seen["max_in_flight"] == LIMIT and seen["repeated"] == 0, seen
+    for i, speaker in enumerate(("anchor", "catalyst")):
+        assert {blocks[i][0].speaker for blocks in draws} == {speaker}
+        assert len({blocks[i][0].seed for blocks in draws}) == 3  # each draw its own seed
+    # Draw 0 is what one rollout gives: the training's rollout when `rollouts` is 1.
+    assert reward.rollouts(ids, texts, 1)[0] == draws[0]
+    scores = reward.score(ids, draws)
+    completions = [[{"role": "assistant", "content": text}] for text in texts]
+    assert reward([], completions, state_id=ids) == pytest.approx([sum(s) / 3 for s in scores])
