@@ -70,7 +70,6 @@ class DirectorDPOConfig(TrainerConfig):
     max_length: int = Field(default=2048, ge=16, description="Longest prompt + directive in tokens.")
 
 
-
 class DirectorEvalConfig(BeforeAfterConfig):
     """The held-out comparison of the base Director and the trained one."""
 

@@ -6,7 +6,9 @@ backend that names the same (model, adapter, device).
 
 Generation is seeded with `transformers.set_seed`, which sets global RNG state; one process-wide
 lock therefore serialises generation, so the same (messages, params, seed) always gives the same
-texts. It runs in a worker thread, so the event loop stays free for other work meanwhile.
+texts. The RNG states are put back afterwards (`_seeded`), so a request changes nothing that the
+rest of the process samples next. It runs in a worker thread, so the event loop stays free for
+other work meanwhile.
 
 `response_format` is accepted and ignored: plain `generate` cannot constrain output to a JSON
 schema. Callers that need structured output parse and retry, as the judges do.
@@ -15,10 +17,12 @@ schema. Callers that need structured output parse and retry, as the judges do.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
+import random
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,6 +93,30 @@ def _load_uncached(model: str, adapter: str | None, device: str) -> LoadedModel:
     return LoadedModel(model=network, tokenizer=tokenizer, device=device)
 
 
+@contextlib.contextmanager
+def _seeded(seed: int) -> Iterator[None]:
+    """`set_seed(seed)` inside the block; outside it, Python's, NumPy's and torch's RNG states as they were.
+
+    A trainer in the same process samples from those states too: GRPO's reward functions generate
+    rollouts here between its own sampling steps. Left changed, what GRPO samples next would depend
+    on whether the rollouts were generated or answered by the request cache, and a resumed run
+    would train a different policy from a fresh one.
+    """
+    import numpy
+    import torch
+    from transformers import set_seed
+
+    states = random.getstate(), numpy.random.get_state()
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        set_seed(seed)
+        try:
+            yield
+        finally:
+            random.setstate(states[0])
+            numpy.random.set_state(states[1])
+
+
 class TransformersBackend:
     kind = "transformers"
 
@@ -124,8 +152,6 @@ class TransformersBackend:
 
     def _generate_blocking(self, chat: list[dict], n: int, params: SamplingParams, seed: int) -> list[str]:
         torch = require_torch()
-        from transformers import set_seed
-
         loaded = self.load()
         tokenizer, network = loaded.tokenizer, loaded.model
         inputs = tokenizer.apply_chat_template(
@@ -145,8 +171,7 @@ class TransformersBackend:
             options.update(temperature=None, top_p=None, top_k=None)
         if params.stop:
             options.update(stop_strings=list(params.stop), tokenizer=tokenizer)
-        with _GENERATE_LOCK, torch.inference_mode():
-            set_seed(seed)
+        with _GENERATE_LOCK, torch.inference_mode(), _seeded(seed):
             output = network.generate(**inputs, **options)
         new_tokens = output[:, inputs["input_ids"].shape[1]:]
         texts = [

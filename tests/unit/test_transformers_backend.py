@@ -117,3 +117,18 @@ def test_missing_torch_tells_how_to_install_it(monkeypatch):
     with pytest.raises(MissingTrainExtra, match=r"pip install 'mascot\[train\]'") as caught:
         require_torch()
     assert isinstance(caught.value, ImportError)
+
+
+def test_a_request_leaves_the_processs_random_states_as_it_found_them(backend):
+    # GRPO samples from these states between the rollouts its reward functions generate here; whether a
+    # rollout was generated or answered by the request cache must not change what GRPO samples next.
+    import random
+
+    import numpy
+    import torch
+
+    random.seed(11), numpy.random.seed(11), torch.manual_seed(11)
+    expected = random.random(), numpy.random.random(), torch.rand(1).item()
+    random.seed(11), numpy.random.seed(11), torch.manual_seed(11)
+    generate(backend, n=2, seed=5)
+    assert (random.random(), numpy.random.random(), torch.rand(1).item()) == expected
