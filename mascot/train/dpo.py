@@ -14,7 +14,7 @@ from typing import Any
 from mascot.artifacts import Artifact, atomic_dir, dir_artifact, write_json
 from mascot.config import DirectorDPOConfig
 from mascot.torch_runtime import quiet_transformers, require_torch
-from mascot.train.lora import count_trainable_parameters, peft_lora_config
+from mascot.train.lora import count_trainable_parameters, normalize_adapter_config, peft_lora_config
 from mascot.train.runtime import (
     TrainingSetupError,
     device_args,
@@ -55,6 +55,7 @@ def train_dpo_policy(config: DirectorDPOConfig, records: list[dict[str, Any]], o
 
     with quiet_transformers(), atomic_dir(out) as staging:
         trainer.save_model(str(staging))
+        normalize_adapter_config(staging)
         tokenizer.save_pretrained(staging)
         write_json({
             "method": "dpo",

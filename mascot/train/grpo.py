@@ -22,7 +22,7 @@ from typing import Any
 from mascot.artifacts import Artifact, atomic_dir, dir_artifact, write_json
 from mascot.config import BackendConfig, GRPOPolicyConfig, SamplingParams
 from mascot.torch_runtime import quiet_transformers, require_torch
-from mascot.train.lora import count_trainable_parameters, peft_lora_config
+from mascot.train.lora import count_trainable_parameters, normalize_adapter_config, peft_lora_config
 from mascot.train.runtime import (
     device_args,
     metrics_on_progress_bar,
@@ -75,6 +75,7 @@ def train_grpo_policy(config: GRPOPolicyConfig, prompts: list[dict[str, Any]], r
 
     with quiet_transformers(), atomic_dir(out) as staging:
         trainer.save_model(str(staging))  # the PEFT adapter only
+        normalize_adapter_config(staging)
         tokenizer.save_pretrained(staging)
         write_json({
             "trainable_parameters": {"trainable": parameters.trainable, "total": parameters.total,
