@@ -47,7 +47,7 @@ def test_warm_started_samples_are_word_like(tiny_models, tiny_config):
                                            return_tensors="pt", return_dict=True)
     torch.manual_seed(0)
     with torch.no_grad():
-        out = lm.generate(**inputs, max_new_tokens=40, num_return_sequences=8)
+        out = lm.generate(**inputs, max_new_tokens=40, num_return_sequences=16)
     texts = tokenizer.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
     words = [w for t in texts for w in re.findall(r"[a-z']+", t.lower())]
     assert len(words) >= 30, texts
