@@ -4,10 +4,11 @@ Both policies sample `samples_per_prompt` directives for every held-out state wi
 request seeds (`sample_directors`). Every sample is read as written and scored by the Director's
 reward functions as during training (`score_directors`): its validity (the format reward) and the
 group reward model's score of the block it leads to, the mean over `rollouts` rollouts, each with
-its own seed (training's reward has its own count). `compare_directors` averages the samples per state and gives
-the paired (trained - base) differences a bootstrap interval, and each policy's directive validity
-a bootstrap interval over states, with the fallback counts. `reward_signal` splits the spread of
-the group reward model's score into the rollouts' noise and the spread between directives.
+its own seed (training's reward has its own count). `compare_directors` averages the samples per
+state and gives the paired (trained - base) differences a bootstrap interval, and each policy's
+directive validity a bootstrap interval over states, with the fallback counts. `reward_signal`
+splits the spread of the group reward model's score into the rollouts' noise and the spread
+between directives.
 """
 
 from __future__ import annotations
