@@ -19,13 +19,15 @@ import tomllib
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from mascot.redaction import redact_url
 
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 # A small machine needs longer than Prefect's default to start the server (and to create its database).
 STARTUP_TIMEOUT_S = float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "60"))
-KEEP_ONE_RUNNING = ("keep one running with `prefect server start --background` and set PREFECT_API_URL "
-                    "to its address (see docs/cli.md)")
+KEEP_ONE_RUNNING = ("keep one running with `mascot server start` and set PREFECT_API_URL to the address it "
+                    "prints (see docs/cli.md)")
 
 
 class PrefectServerError(RuntimeError):
@@ -41,11 +43,11 @@ class PrefectServer:
     def wait(self) -> None:
         """Until the server answers; a temporary one may still be starting."""
         deadline = time.monotonic() + (STARTUP_TIMEOUT_S if self.temporary else 5)
-        while not _answers(self.url):
+        while not answers(self.url):
             if not self.temporary:
                 raise PrefectServerError(
-                    f"PREFECT_API_URL is {redact_url(self.url)}, but no Prefect server answers there. Start one "
-                    "with `prefect server start --background`, or unset PREFECT_API_URL to use a temporary one.")
+                    f"PREFECT_API_URL is {redact_url(self.url)}, but no Prefect server answers there. "
+                    f"{_how_to_start(self.url)}, or unset PREFECT_API_URL to use a temporary one.")
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise PrefectServerError(
                     f"the temporary Prefect server did not start within {STARTUP_TIMEOUT_S:g} s (exit code "
@@ -77,7 +79,7 @@ def prefect_server() -> PrefectServer:
     Call it before anything imports Prefect: it sets PREFECT_API_URL for this process. The stop waits
     for Python's exit, after Prefect's own exit hooks, which still send the run's last logs and events.
     """
-    url = os.environ.get("PREFECT_API_URL") or _profile_api_url()
+    url = configured_api_url()
     if url:
         return PrefectServer(url, temporary=False)
     with socket.socket() as probe:
@@ -94,7 +96,16 @@ def prefect_server() -> PrefectServer:
     return server
 
 
-def _answers(url: str) -> bool:
+def _how_to_start(url: str) -> str:
+    """Advice that can fix an unanswered PREFECT_API_URL: a command for a server on this machine."""
+    parts = urlsplit(url)
+    if parts.hostname in LOOPBACK:
+        return f"Start one there with `mascot server start --port {parts.port or 80}`"
+    return "Start the server at that address"
+
+
+def answers(url: str) -> bool:
+    """Whether a Prefect API answers at `url` (ending in /api)."""
     try:
         with urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=2) as response:
             return response.status == 200
@@ -102,10 +113,18 @@ def _answers(url: str) -> bool:
         return False
 
 
+def prefect_home() -> Path:
+    return Path(os.environ.get("PREFECT_HOME", "~/.prefect")).expanduser()
+
+
+def configured_api_url() -> str | None:
+    """PREFECT_API_URL from the environment, else from the active Prefect profile."""
+    return os.environ.get("PREFECT_API_URL") or _profile_api_url()
+
+
 def _profile_api_url() -> str | None:
     """PREFECT_API_URL from the active Prefect profile (`prefect config set`), read without importing Prefect."""
-    home = Path(os.environ.get("PREFECT_HOME", "~/.prefect")).expanduser()
-    path = Path(os.environ.get("PREFECT_PROFILES_PATH", home / "profiles.toml")).expanduser()
+    path = Path(os.environ.get("PREFECT_PROFILES_PATH", prefect_home() / "profiles.toml")).expanduser()
     try:
         profiles = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError):

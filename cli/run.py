@@ -50,8 +50,8 @@ def run_stage1(
     checkpoint. Artifacts go to <run.output_dir>/<run name>/stage1/, with report.md and summary.json.
 
     The flow reports to the Prefect server at PREFECT_API_URL when it is set (keep one running with
-    `prefect server start --background`), else to a temporary one started for this run; the first
-    line of output says which.
+    `mascot server start`), else to a temporary one started for this run; the first line of output
+    says which.
     """
     # Fail fast, before Prefect starts, on a bad config, a bad run name, or (when training) this machine.
     loaded = load(config, check_machine=until is not Stage1Step.pairs)

@@ -21,7 +21,8 @@ runner = CliRunner()
 
 
 @pytest.mark.parametrize("command", [[], ["config"], ["data"], ["models"], ["sample"], ["run"], ["config", "validate"],
-                                     ["data", "preview"], ["models", "build"], ["run", "stage1"], ["resume"]])
+                                     ["data", "preview"], ["models", "build"], ["run", "stage1"], ["resume"],
+                                     ["server"], ["server", "start"], ["server", "stop"], ["server", "status"]])
 def test_every_command_explains_itself(command):
     result = runner.invoke(app, [*command, "--help"])
     assert result.exit_code == 0, result.output
@@ -45,14 +46,15 @@ def test_a_bad_run_name_is_refused_before_anything_runs(tmp_path):
 def test_a_prefect_server_that_does_not_answer_is_named_before_anything_runs(tmp_path, monkeypatch):
     with socket.socket() as probe:  # a free port: nothing listens there
         probe.bind(("127.0.0.1", 0))
-        url = f"http://user:secret@127.0.0.1:{probe.getsockname()[1]}/api"
+        port = probe.getsockname()[1]
+        url = f"http://user:secret@127.0.0.1:{port}/api"
     monkeypatch.setenv("PREFECT_API_URL", url)
     result = subprocess.run([str(Path(sys.executable).parent / "mascot"), "run", "stage1", "--config", TINY,
                              "--run-name", "unreachable", "--until", "pairs"], capture_output=True, text=True,
                             check=False, cwd=tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
     message = " ".join((result.stdout + result.stderr).split())
-    assert "no Prefect server answers there" in message and "prefect server start --background" in message
+    assert "no Prefect server answers there" in message and f"mascot server start --port {port}" in message
     assert "secret" not in message, "credentials in the URL are not echoed"
     assert not (REPO / "runs" / "unreachable").exists()
 
