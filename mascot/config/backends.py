@@ -35,6 +35,8 @@ class BackendConfig(Section):
     )
     max_concurrency: int = Field(default=16, ge=1, description="Requests in flight at once, for the whole flow run "
                                  "(every shard and thread of it).")
+    max_batch: int = Field(default=16, ge=1, description="transformers backend: the most sequences decoded together "
+                           "in one forward pass (a request asks for n); 1 decodes one sequence at a time.")
     timeout_s: float = Field(default=120.0, gt=0, description="Per-request timeout in seconds.")
     max_retries: int = Field(default=4, ge=0, description="Retries with exponential backoff per request.")
     device: Device = Field(default="auto", description="transformers backend: 'auto', 'cpu', 'cuda', 'cuda:1'...")
@@ -42,6 +44,8 @@ class BackendConfig(Section):
 
     @model_validator(mode="after")
     def _fields_fit_kind(self) -> BackendConfig:
+        if self.kind != "transformers" and "max_batch" in self.model_fields_set:
+            raise FieldError("max_batch", f"'max_batch' is for kind: transformers; a {self.kind} server batches by itself")
         if self.kind == "transformers":
             if self.base_url is not None:
                 raise FieldError("base_url", "'base_url' is for servers; kind: transformers runs the model in this process")

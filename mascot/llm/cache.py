@@ -49,10 +49,15 @@ def describe_request(
     n: int,
     seed: int,
     response_format: dict | None,
+    sampler: str | None = None,
 ) -> dict[str, Any]:
-    """Everything that decides the sampled texts, as plain JSON-ready data."""
+    """Everything that decides the sampled texts, as plain JSON-ready data.
+
+    `sampler` names an in-process backend's decoding algorithm; servers leave it out, so their records'
+    keys stay as they were."""
     return {
         "version": KEY_VERSION,
+        **({"sampler": sampler} if sampler else {}),
         "kind": kind,
         "model": model,
         "adapter": adapter,
@@ -216,6 +221,7 @@ class CachedBackend:
             n=n,
             seed=seed,
             response_format=response_format,
+            sampler=getattr(self.backend, "sampler", None),
         )
 
     async def generate(

@@ -43,7 +43,8 @@ def make_backend(config: BackendConfig, *, cache: RequestCache | None = None) ->
                 f"model {config.model!r} is a tiny-model reference; resolve it to its folder first with "
                 "mascot.train.tiny.resolve_tiny_models"
             )
-        backend = TransformersBackend(config.model, adapter=config.adapter, device=config.device)
+        backend = TransformersBackend(config.model, adapter=config.adapter, device=config.device,
+                                      max_batch=config.max_batch, max_concurrency=config.max_concurrency)
     return CachedBackend(backend, cache) if cache is not None else backend
 
 

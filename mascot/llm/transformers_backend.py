@@ -4,31 +4,29 @@ Used by the offline profile (tiny models on a laptop CPU) and for quick checks o
 adapter without starting a server. Models are loaded once per process and shared by every
 backend that names the same (model, adapter, device).
 
-Generation is seeded with `transformers.set_seed`, which sets global RNG state; one process-wide
-lock therefore serialises generation, so the same (messages, params, seed) always gives the same
-texts. The RNG states are put back afterwards (`_seeded`), so a request changes nothing that the
-rest of the process samples next. It runs in a worker thread, so the event loop stays free for
-other work meanwhile.
+Requests are decoded in batches (`mascot.llm.batched_decoding`): those waiting for the same
+loaded model share each forward pass, up to `max_batch` sequences, and each request's texts depend
+only on the model, the adapter, the messages, the parameters and the seed, never on its batch.
+Decoding runs in a thread of its own, so the event loop stays free meanwhile.
 
-`response_format` is accepted and ignored: plain `generate` cannot constrain output to a JSON
+`response_format` is accepted and ignored: this decoder cannot constrain output to a JSON
 schema. Callers that need structured output parse and retry, as the judges do.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
-import random
 import threading
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mascot.config import SamplingParams
-from mascot.llm.base import MessageLike, check_n, normalize_messages, truncate_at_stop
+from mascot.llm.base import MessageLike, check_n, normalize_messages
+from mascot.llm.batched_decoding import SAMPLER, BatchedDecoder, make_batch_invariant
 from mascot.llm.limits import shared_limit
 from mascot.torch_runtime import MissingTrainExtra, quiet_transformers, require_torch, resolve_device
 
@@ -40,12 +38,25 @@ class LoadedModel:
     model: Any  # transformers PreTrainedModel (adapter merged in, when there is one)
     tokenizer: Any
     device: str
+    # A fast tokenizer used from two threads at once can fail ("Already borrowed").
+    tokenizer_lock: threading.Lock = field(default_factory=threading.Lock)
+    decoders: dict[int, BatchedDecoder] = field(default_factory=dict)  # by max_batch
+
+    def encode(self, chat: list[dict], chat_template_kwargs: dict) -> list[int]:
+        with self.tokenizer_lock:
+            return list(self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True,
+                                                           return_dict=True, **chat_template_kwargs)["input_ids"])
+
+    def decoder(self, max_batch: int) -> BatchedDecoder:
+        with _LOAD_LOCK:
+            if max_batch not in self.decoders:
+                self.decoders[max_batch] = BatchedDecoder(self.model, self.tokenizer, self.tokenizer_lock,
+                                                          self.device, max_batch)
+            return self.decoders[max_batch]
 
 
 _LOADED: dict[tuple[str, str | None, str], LoadedModel] = {}
 _LOAD_LOCK = threading.Lock()
-# set_seed touches global RNG state, so generation runs one call at a time in the process.
-_GENERATE_LOCK = threading.Lock()
 
 
 def adapter_fingerprint(adapter: str | Path) -> str:
@@ -88,43 +99,22 @@ def _load_uncached(model: str, adapter: str | None, device: str) -> LoadedModel:
         # this (model, adapter, device) entry alone, so merging changes nothing shared.
         network = PeftModel.from_pretrained(network, adapter).merge_and_unload()
     network.to(device).eval()
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    make_batch_invariant(network)
     return LoadedModel(model=network, tokenizer=tokenizer, device=device)
-
-
-@contextlib.contextmanager
-def _seeded(seed: int) -> Iterator[None]:
-    """`set_seed(seed)` inside the block; outside it, Python's, NumPy's and torch's RNG states as they were.
-
-    A trainer in the same process samples from those states too: GRPO's reward functions generate
-    rollouts here between its own sampling steps. Left changed, what GRPO samples next would depend
-    on whether the rollouts were generated or answered by the request cache, and a resumed run
-    would train a different policy from a fresh one.
-    """
-    import numpy
-    import torch
-    from transformers import set_seed
-
-    states = random.getstate(), numpy.random.get_state()
-    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
-    with torch.random.fork_rng(devices=devices):
-        set_seed(seed)
-        try:
-            yield
-        finally:
-            random.setstate(states[0])
-            numpy.random.set_state(states[1])
 
 
 class TransformersBackend:
     kind = "transformers"
+    sampler = SAMPLER  # part of the request cache's key
 
-    def __init__(self, model: str | Path, *, adapter: str | Path | None = None, device: str = "auto"):
+    def __init__(self, model: str | Path, *, adapter: str | Path | None = None, device: str = "auto",
+                 max_batch: int = 16, max_concurrency: int = 16):
         self.model = str(model)
         self.adapter = str(adapter) if adapter is not None else None
         self.adapter_fingerprint = adapter_fingerprint(adapter) if adapter is not None else None
         self.device = resolve_device(device)
+        self.max_batch = max_batch
+        self.max_concurrency = max_concurrency
         self.calls_made = 0
 
     def __repr__(self) -> str:
@@ -145,38 +135,13 @@ class TransformersBackend:
     ) -> list[str]:
         check_n(n)
         chat = normalize_messages(messages)
-        # Generation is one call at a time anyway (the lock below); queueing for it in order means the
-        # shard that asked first is answered first, as with the HTTP backends' limits.
-        async with shared_limit("transformers.generate", 1).slot():
-            return await asyncio.to_thread(self._generate_blocking, chat, n, params, seed)
-
-    def _generate_blocking(self, chat: list[dict], n: int, params: SamplingParams, seed: int) -> list[str]:
-        torch = require_torch()
-        loaded = self.load()
-        tokenizer, network = loaded.tokenizer, loaded.model
-        inputs = tokenizer.apply_chat_template(
-            chat, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt",
-            **params.chat_template_kwargs,
-        ).to(loaded.device)
-        sampling = params.temperature > 0
-        options: dict[str, Any] = {
-            "max_new_tokens": params.max_new_tokens,
-            "do_sample": sampling,
-            "pad_token_id": tokenizer.pad_token_id,
-        }
-        if sampling:
-            options.update(temperature=params.temperature, top_p=params.top_p, num_return_sequences=n)
-        else:
-            # Greedy decoding gives one answer; sampling options would only raise warnings.
-            options.update(temperature=None, top_p=None, top_k=None)
-        if params.stop:
-            options.update(stop_strings=list(params.stop), tokenizer=tokenizer)
-        with _GENERATE_LOCK, torch.inference_mode(), _seeded(seed):
-            output = network.generate(**inputs, **options)
-        new_tokens = output[:, inputs["input_ids"].shape[1]:]
-        texts = [
-            truncate_at_stop(text, params.stop).strip()
-            for text in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
-        ]
+        # The limit queues requests for the whole run, first shard first, as the HTTP backends' limits do.
+        limit = shared_limit((self.kind, self.model, self.adapter, self.device), self.max_concurrency)
+        async with limit.slot():
+            # Loading takes seconds, once; encoding a prompt takes a millisecond, so it stays on the event loop
+            # and requests gathered at once reach the decoder at once.
+            loaded = _LOADED.get((self.model, self.adapter, self.device)) or await asyncio.to_thread(self.load)
+            prompt = loaded.encode(chat, params.chat_template_kwargs)
+            texts = await asyncio.wrap_future(loaded.decoder(self.max_batch).submit(prompt, n, params, seed))
         self.calls_made += 1
-        return texts if sampling else texts * n
+        return texts

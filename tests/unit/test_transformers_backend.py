@@ -1,15 +1,23 @@
-"""The in-process transformers backend on the tiny Qwen3 model: seeding, n, greedy, stop, adapters."""
+"""The in-process transformers backend on the tiny Qwen3 model: seeding, n, greedy, stop, adapters, batching."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 
 import pytest
 
 from mascot.config import BackendConfig, SamplingParams
 from mascot.data.context import Message
-from mascot.llm import BackendError, CachedBackend, MissingTrainExtra, RequestCache, make_backend
+from mascot.llm import (
+    BackendError,
+    CachedBackend,
+    MissingTrainExtra,
+    RequestCache,
+    make_backend,
+    normalize_messages,
+)
 from mascot.llm.transformers_backend import TransformersBackend, require_torch
 
 pytest.importorskip("torch")
@@ -51,12 +59,14 @@ def test_greedy_decoding_repeats_its_one_answer(backend):
 
 
 def test_output_is_cut_at_a_stop_string(backend):
-    (full,) = generate(backend, n=1, seed=4)
+    # The first seed whose reply is long enough to cut: the tiny model sometimes ends at once.
+    seed, full = next((seed, text) for seed in range(4, 40) for (text,) in [generate(backend, n=1, seed=seed)]
+                      if len(text) > 8)
     # Two characters from inside the reply, without whitespace (which `strip` would blur).
     stop = next((full[i:i + 2] for i in range(1, len(full) - 1) if not full[i:i + 2].isspace()
                  and full[i:i + 2].strip() == full[i:i + 2]), None)
-    assert stop is not None, f"the tiny model's reply is too short to test stop strings: {full!r}"
-    (cut,) = generate(backend, n=1, seed=4, params=PARAMS.model_copy(update={"stop": [stop]}))
+    assert stop is not None, f"no stop string to cut at in {full!r}"
+    (cut,) = generate(backend, n=1, seed=seed, params=PARAMS.model_copy(update={"stop": [stop]}))
     assert cut == full[: full.find(stop)].strip()
 
 
@@ -132,3 +142,131 @@ def test_a_request_leaves_the_processs_random_states_as_it_found_them(backend):
     random.seed(11), numpy.random.seed(11), torch.manual_seed(11)
     generate(backend, n=2, seed=5)
     assert (random.random(), numpy.random.random(), torch.rand(1).item()) == expected
+
+
+GREEDY = PARAMS.model_copy(update={"temperature": 0.0})
+# Eight prompts of different lengths (about 30 to 200 tokens), so a batch packs sequences of every length.
+SENTENCES = ["I failed my driving test again this morning.", "My sister says I should just try harder.",
+             "Honestly I am tired of feeling like the slow one.", "The instructor was kind about it, though.",
+             "We agreed to book another lesson next week.", "Money is tight, so every lesson counts.",
+             "Part of me wants to give up for a while.", "What would you do in my place?"]
+PROMPTS = [[{"role": "system", "content": ["You are The Anchor.", "You are The Catalyst.", "You are The Beacon."][i % 3]},
+            {"role": "user", "content": " ".join(SENTENCES[i:] + SENTENCES[:i] * (i // 2))}] for i in range(8)]
+
+
+@contextlib.contextmanager
+def forward_passes(backend):
+    """Each forward pass of the backend's model, as the model sees it: the positions of its input tokens
+    (one per decoding sequence, a prompt's worth for a joining one) and how many sequences it computes logits for."""
+    passes = []
+    hook = backend.load().model.register_forward_hook(
+        lambda module, args, kwargs, output: passes.append(
+            (kwargs["position_ids"][0].tolist(), len(kwargs["logits_to_keep"]))), with_kwargs=True)
+    try:
+        yield passes
+    finally:
+        hook.remove()
+
+
+async def all_at_once(backend, requests):
+    return await asyncio.gather(*(backend.generate(messages, n, params, seed) for messages, n, params, seed in requests))
+
+
+@pytest.mark.parametrize("params", [PARAMS, GREEDY], ids=["sampling", "greedy"])
+def test_a_requests_texts_do_not_depend_on_its_batch(lm_dir, params):
+    serial = TransformersBackend(lm_dir, device="cpu", max_batch=1)
+    batched = TransformersBackend(lm_dir, device="cpu", max_batch=16)
+    requests = [(PROMPTS[i], 1, params, 100 + i) for i in range(8)]
+    alone = [generate(serial, n, p, seed, messages) for messages, n, p, seed in requests]
+    # Enough text to compare: the tiny model often ends at once, greedily above all.
+    assert len({text for (text,) in alone if text}) >= 3 and sum(len(text.split()) for (text,) in alone) >= 40
+
+    with forward_passes(batched) as passes:
+        together = asyncio.run(all_at_once(batched, requests))
+    assert max(sequences for _, sequences in passes) >= 4, "the requests did not share forward passes"
+    assert together == alone
+    assert asyncio.run(all_at_once(batched, requests[::-1]))[::-1] == alone
+
+    # Mixed with requests of other lengths, n and limits, which join and leave at other steps.
+    others = [(PROMPTS[7 - i][:1] + [{"role": "user", "content": "Tell me more."}], 2, PARAMS.model_copy(
+        update={"max_new_tokens": 6 + 5 * i}), 900 + i) for i in range(8)]
+    mixed = asyncio.run(all_at_once(batched, [r for pair in zip(others, requests) for r in pair]))
+    assert mixed[1::2] == alone
+
+
+def test_n_samples_are_one_request_whose_rows_do_not_depend_on_the_batch(lm_dir):
+    serial = TransformersBackend(lm_dir, device="cpu", max_batch=1)
+    batched = TransformersBackend(lm_dir, device="cpu", max_batch=16)
+    alone = generate(serial, n=4, seed=7, messages=PROMPTS[3])
+    assert len(alone) == 4 and len(set(alone)) > 1
+    crowd = [(PROMPTS[i], 1, PARAMS, 300 + i) for i in range(6)]
+    together = asyncio.run(all_at_once(batched, crowd[:3] + [(PROMPTS[3], 4, PARAMS, 7)] + crowd[3:]))
+    assert together[3] == alone
+
+
+def test_a_cancelled_request_leaves_the_batch_and_the_rest_are_answered(lm_dir):
+    backend = TransformersBackend(lm_dir, device="cpu", max_batch=8)
+    params = PARAMS.model_copy(update={"max_new_tokens": 48})
+    # The victim's prompt is longer than any other sequence gets, so its positions tell its tokens apart.
+    victim = [{"role": "system", "content": "You are The Anchor."}, {"role": "user", "content": "Again. " * 150}]
+    requests = [(PROMPTS[i], 1, params, 40 + i) for i in range(3)] + [(victim, 1, params, 5)]
+    alone = [generate(backend, n, p, seed, messages) for messages, n, p, seed in requests]
+    victim_start = len(backend.load().encode(normalize_messages(victim), {}))
+    assert all(len(backend.load().encode(normalize_messages(m), {})) + 48 < victim_start for m, *_ in requests[:3])
+
+    async def cancel_the_victim_after_three_passes():
+        with forward_passes(backend) as passes:
+            tasks = [asyncio.create_task(backend.generate(m, n, p, seed)) for m, n, p, seed in requests]
+            while len(passes) < 3:
+                await asyncio.sleep(0.001)
+            tasks[3].cancel()
+            cancelled_at = len(passes)
+            return await asyncio.gather(*tasks, return_exceptions=True), passes, cancelled_at
+
+    answers, passes, cancelled_at = asyncio.run(cancel_the_victim_after_three_passes())
+    assert isinstance(answers[3], asyncio.CancelledError)
+    assert answers[:3] == alone[:3]
+    with_victim = [i for i, (positions, _) in enumerate(passes) if max(positions) >= victim_start]
+    assert with_victim and max(with_victim) <= cancelled_at + 1, "the cancelled request kept its place in the batch"
+    assert len(passes) > cancelled_at + 4, "the others finished before the cancellation could show"
+
+
+def test_the_concurrency_limit_holds_for_every_thread_of_the_process(lm_dir):
+    import threading
+
+    backend = TransformersBackend(lm_dir, device="cpu", max_batch=16, max_concurrency=3)
+
+    def shard(offset):
+        asyncio.run(all_at_once(backend, [(PROMPTS[i % 8], 1, PARAMS, offset + i) for i in range(6)]))
+
+    with forward_passes(backend) as passes:
+        threads = [threading.Thread(target=shard, args=(offset,)) for offset in (0, 100)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert max(sequences for _, sequences in passes) == 3
+
+
+def test_a_sequences_logits_are_bitwise_the_same_alone_and_packed_with_others(lm_dir):
+    # Equal texts could hide logits that differ in their last bits, which flip a token once in a long while.
+    import torch
+
+    from mascot.llm.batched_decoding import SequenceCache, packed_forward
+
+    loaded = TransformersBackend(lm_dir, device="cpu").load()
+    # Each prompt, and the token it decodes next.
+    prompts = [(loaded.encode(normalize_messages(messages), {}), 7 + i) for i, messages in enumerate(PROMPTS)]
+
+    def prefill_then_one_step(group):
+        caches = [SequenceCache(loaded.model.config, len(prompt) + 2, "cpu", torch.float32) for prompt, _ in group]
+        with torch.inference_mode():
+            first = packed_forward(loaded.model, [(prompt, cache) for (prompt, _), cache in zip(group, caches)])
+            second = packed_forward(loaded.model, [([token], cache) for (_, token), cache in zip(group, caches)])
+        return first, second
+
+    alone = [torch.cat(logits) for logits in zip(*(prefill_then_one_step([prompt]) for prompt in prompts))]
+    together = prefill_then_one_step(prompts)
+    backwards = [logits.flip(0) for logits in prefill_then_one_step(prompts[::-1])]
+    for step in range(2):
+        assert torch.equal(together[step], alone[step]) and torch.equal(backwards[step], alone[step])

@@ -1,0 +1,319 @@
+"""Batched decoding for the in-process backend, with each request's text independent of its batch.
+
+Requests for the same loaded model are decoded together: each step runs one forward pass for every
+sequence in flight. A request joins at the next step after it arrives and leaves as soon as it is
+done (continuous batching), so no request waits for a batch to drain. What a request generates must
+not depend on which other requests share its steps, so nothing in a step mixes sequences:
+
+- No padding. The new tokens of every sequence in the step are packed into one row, each with its
+  own positions. Attention runs per sequence over that sequence's own keys, in the same shapes as
+  when it runs alone.
+- Linear layers multiply fixed blocks of rows. A BLAS picks its kernel, and with it the order of its
+  sums, by the matrix's shape. On a CPU with torch 2.13, a row multiplied inside a 1-row, 2-row or
+  9-row matrix differs in its last bits. Cut into zero-padded blocks of `LINEAR_BLOCK_ROWS`, every row
+  is multiplied in a matrix of one shape, and within one shape a row's result depends on neither its
+  place nor its neighbours.
+- Each sequence samples from its own torch.Generator, seeded by the request's seed and the
+  sequence's index. No process-wide random state is read or changed, so a trainer sampling in the
+  same process draws the same numbers whether a request ran or came from the cache.
+
+Sampling is temperature then top-p, as the OpenAI-style parameters describe; there is no top-k.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import functools
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from mascot.config import SamplingParams
+from mascot.llm.base import truncate_at_stop
+
+log = logging.getLogger(__name__)
+
+LINEAR_BLOCK_ROWS = 64
+ATTENTION = "mascot_per_sequence"
+# Names what the texts depend on besides the request, for the request cache's key: a change to how
+# tokens are sampled here must not be answered by records of the old way.
+SAMPLER = "per-sequence-generators/temperature-top-p/v1"
+
+
+def make_batch_invariant(model: Any) -> None:
+    """Make `model` (a transformers causal LM owned by the caller) compute each sequence as if alone."""
+    import torch
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTENTION, _per_sequence_attention)
+    model.set_attn_implementation(ATTENTION)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.forward = functools.partial(_blocked_linear, module)
+
+
+def _blocked_linear(layer: Any, inputs: Any) -> Any:
+    import torch
+    import torch.nn.functional as F
+
+    rows = inputs.reshape(-1, inputs.shape[-1])
+    count = rows.shape[0]
+    rows = F.pad(rows, (0, 0, 0, -count % LINEAR_BLOCK_ROWS))
+    if rows.shape[0] == LINEAR_BLOCK_ROWS:  # every decoding step of up to 64 sequences
+        out = F.linear(rows, layer.weight, layer.bias)
+    else:
+        out = torch.cat([F.linear(block, layer.weight, layer.bias) for block in rows.split(LINEAR_BLOCK_ROWS)])
+    return out[:count].reshape(*inputs.shape[:-1], -1)
+
+
+def _per_sequence_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
+                            scaling: float | None = None, dropout: float = 0.0, segments: list | None = None,
+                            **kwargs: Any) -> tuple[Any, None]:
+    """Attention for packed sequences: `segments` lists each one's (start, length, cache) in the packed row.
+
+    query is (1, heads, tokens, dim), key and value (1, kv_heads, tokens, dim): the step's new tokens.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    if segments is None:
+        raise RuntimeError(f"{ATTENTION} attention runs only inside mascot's batched decoder")
+    outputs = []
+    for start, length, cache in segments:
+        keys, values = cache.extend(module.layer_idx, key[:, :, start:start + length], value[:, :, start:start + length])
+        outputs.append(F.scaled_dot_product_attention(query[:, :, start:start + length], keys, values,
+                                                      is_causal=length > 1, scale=scaling, enable_gqa=True))
+    return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
+
+
+def packed_forward(model: Any, pieces: list[tuple[list[int], SequenceCache]]) -> Any:
+    """One forward pass over several sequences' new tokens, packed into one row; the logits of each one's last token.
+
+    A piece is (new tokens, the sequence's cache): a whole prompt for a sequence that joins, its last
+    sampled token for one that decodes. Their keys and values go into the caches.
+    """
+    import torch
+
+    tokens, positions, segments = [], [], []
+    for new, cache in pieces:
+        segments.append((len(tokens), len(new), cache))
+        tokens += new
+        positions += range(cache.length, cache.length + len(new))
+    device = model.device
+    last = torch.tensor([start + length - 1 for start, length, _ in segments], device=device)
+    output = model(input_ids=torch.tensor([tokens], device=device), position_ids=torch.tensor([positions], device=device),
+                   use_cache=False, logits_to_keep=last, segments=segments)
+    for _, length, cache in segments:
+        cache.commit(length)
+    return output.logits[0]
+
+
+class SequenceCache:
+    """One sequence's keys and values for every layer, in buffers sized for its prompt and longest reply."""
+
+    def __init__(self, model_config: Any, capacity: int, device: str, dtype: Any):
+        import torch
+
+        shape = (model_config.num_hidden_layers, 1, model_config.num_key_value_heads, capacity,
+                 getattr(model_config, "head_dim", None) or model_config.hidden_size // model_config.num_attention_heads)
+        self.keys = torch.empty(shape, device=device, dtype=dtype)
+        self.values = torch.empty(shape, device=device, dtype=dtype)
+        self.length = 0  # tokens whose keys every layer holds
+
+    def extend(self, layer: int, keys: Any, values: Any) -> tuple[Any, Any]:
+        """Store one layer's keys and values for the step's new tokens; the layer's keys and values so far."""
+        if self.length and keys.shape[2] != 1:
+            raise RuntimeError("a sequence with cached tokens takes one new token a step")
+        end = self.length + keys.shape[2]
+        self.keys[layer, :, :, self.length:end] = keys
+        self.values[layer, :, :, self.length:end] = values
+        return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
+
+    def commit(self, count: int) -> None:
+        self.length += count
+
+    def copy(self) -> SequenceCache:
+        twin = object.__new__(SequenceCache)
+        twin.keys, twin.values, twin.length = self.keys.clone(), self.values.clone(), self.length
+        return twin
+
+
+@dataclass(eq=False)
+class _Request:
+    prompt: list[int]
+    n: int
+    params: SamplingParams
+    seed: int
+    future: concurrent.futures.Future
+    sequences: list[_Sequence] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        """Sequences it decodes: greedy decoding gives one answer, repeated n times at the end."""
+        return self.n if self.params.temperature > 0 else 1
+
+
+@dataclass(eq=False)
+class _Sequence:
+    request: _Request
+    cache: SequenceCache
+    generator: Any  # torch.Generator, or None when greedy
+    tokens: list[int] = field(default_factory=list)
+    done: bool = False
+
+
+class BatchedDecoder:
+    """Decodes every request submitted for one loaded model, `max_batch` sequences at a time, in one thread."""
+
+    def __init__(self, model: Any, tokenizer: Any, tokenizer_lock: threading.Lock, device: str, max_batch: int):
+        self.model, self.tokenizer, self.tokenizer_lock = model, tokenizer, tokenizer_lock
+        self.device, self.max_batch = device, max_batch
+        ends = model.generation_config.eos_token_id
+        self.end_ids = {tokenizer.eos_token_id, *(ends if isinstance(ends, list) else [ends])} - {None}
+        self.dtype = next(model.parameters()).dtype
+        self._waiting: collections.deque[_Request] = collections.deque()
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, prompt: list[int], n: int, params: SamplingParams, seed: int) -> concurrent.futures.Future:
+        """Queue a request; its future gives n texts. Cancelling the future drops the request at the next step."""
+        request = _Request(prompt, n, params, seed, concurrent.futures.Future())
+        with self._wake:
+            self._waiting.append(request)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="mascot-decoder", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+        return request.future
+
+    def _run(self) -> None:
+        import torch
+
+        active: list[_Sequence] = []
+        with torch.inference_mode():
+            while True:
+                joining = self._admit(active)
+                active = [sequence for sequence in active if not sequence.request.future.cancelled()]
+                try:
+                    self._step(joining, active)
+                except Exception as exc:  # every request in the step gets the error; the next step goes on
+                    log.exception("batched decoding step failed")
+                    for request in {sequence.request for sequence in active} | set(joining):
+                        _settle(request.future, exception=exc)
+                    active = []
+                    continue
+                active = self._finish(active + [s for request in joining for s in request.sequences])
+
+    def _admit(self, active: list[_Sequence]) -> list[_Request]:
+        """Waiting requests that fit beside `active`, first come first served; blocks while there is no work."""
+        with self._wake:
+            while not active and not self._waiting:
+                self._wake.wait()
+            joining, rows = [], len(active)
+            while self._waiting:
+                request = self._waiting[0]
+                if request.future.cancelled():
+                    self._waiting.popleft()
+                    continue
+                if rows and rows + request.rows > self.max_batch:
+                    break
+                joining.append(self._waiting.popleft())
+                rows += request.rows
+            return joining
+
+    def _step(self, joining: list[_Request], decoding: list[_Sequence]) -> None:
+        """One forward pass: the next token of every decoding sequence, and the first of every joining request."""
+        import numpy
+        import torch
+
+        pieces = [([sequence.tokens[-1]], sequence.cache) for sequence in decoding]
+        for request in joining:
+            pieces.append((request.prompt, SequenceCache(self.model.config, len(request.prompt)
+                                                         + request.params.max_new_tokens, self.device, self.dtype)))
+        logits = packed_forward(self.model, pieces).float()
+
+        # Every sequence's row of logits: a joining request's sequences all start from its prompt's row.
+        rows, sequences = list(range(len(decoding))), list(decoding)
+        for row, (request, (_, cache)) in enumerate(zip(joining, pieces[len(decoding):]), len(decoding)):
+            for index in range(request.rows):
+                generator = None
+                if request.params.temperature > 0:
+                    seed = numpy.random.SeedSequence([request.seed, index]).generate_state(1, numpy.uint64)[0]
+                    generator = torch.Generator(device=self.device).manual_seed(int(seed))
+                request.sequences.append(_Sequence(request, cache if index == 0 else cache.copy(), generator))
+                rows.append(row)
+            sequences += request.sequences
+        tokens = _sample(logits[rows], [s.request.params for s in sequences], [s.generator for s in sequences])
+        for sequence, token in zip(sequences, tokens):
+            self._append(sequence, token)
+
+    def _append(self, sequence: _Sequence, token: int) -> None:
+        params = sequence.request.params
+        if token in self.end_ids:
+            sequence.done = True
+            return
+        sequence.tokens.append(token)
+        if len(sequence.tokens) >= params.max_new_tokens:
+            sequence.done = True
+        elif params.stop:
+            with self.tokenizer_lock:
+                text = self.tokenizer.decode(sequence.tokens, skip_special_tokens=True)
+            sequence.done = any(stop and stop in text for stop in params.stop)
+
+    def _finish(self, sequences: list[_Sequence]) -> list[_Sequence]:
+        """Answer every request whose sequences are all done; the sequences still decoding."""
+        for request in {sequence.request: None for sequence in sequences if sequence.done}:
+            if all(sequence.done for sequence in request.sequences):
+                with self.tokenizer_lock:
+                    decoded = self.tokenizer.batch_decode([s.tokens for s in request.sequences],
+                                                          skip_special_tokens=True)
+                texts = [truncate_at_stop(text, request.params.stop).strip() for text in decoded]
+                _settle(request.future, result=texts * (request.n // len(texts)))
+        return [sequence for sequence in sequences if not sequence.done]
+
+
+def _sample(logits: Any, params: list[SamplingParams], generators: list[Any]) -> list[int]:
+    """One token per row of `logits`: greedy, or temperature then top-p, drawn with the row's own generator.
+
+    Top-p without a sort: a draw from the whole distribution is kept when the tokens more likely than
+    it hold less than top_p of the mass, and drawn again otherwise, which samples the nucleus
+    exactly. All arithmetic is along rows (softmax, cumulative sums, sums), so a row's token does not
+    depend on the other rows; only the draws need a call per row.
+    """
+    import torch
+
+    device, vocabulary = logits.device, logits.shape[-1]
+    tokens = logits.argmax(-1).tolist()  # greedy rows keep theirs
+    pending = [row for row, p in enumerate(params) if p.temperature > 0]
+    if not pending:
+        return tokens
+    temperature = torch.tensor([p.temperature or 1.0 for p in params], device=device)
+    top_p = torch.tensor([p.top_p for p in params], device=device)
+    probabilities = torch.softmax(logits / temperature[:, None], dim=-1)
+    cumulative = probabilities.cumsum(-1)
+    while pending:
+        rows = torch.tensor(pending, device=device)
+        draws = torch.cat([torch.rand(1, generator=generators[row], device=device) for row in pending])
+        total = cumulative[rows, -1]
+        picked = torch.searchsorted(cumulative[rows], (draws * total)[:, None], right=True).clamp(max=vocabulary - 1)
+        chosen = probabilities[rows].gather(-1, picked)
+        more_likely = (probabilities[rows] * (probabilities[rows] > chosen)).sum(-1)
+        kept = (more_likely < top_p[rows] * total).tolist()
+        for row, token, keep in zip(pending, picked[:, 0].tolist(), kept):
+            if keep:
+                tokens[row] = token
+        pending = [row for row, keep in zip(pending, kept) if not keep]
+    return tokens
+
+
+def _settle(future: concurrent.futures.Future, result: Any = None, exception: BaseException | None = None) -> None:
+    """Answer a request's future, unless its caller cancelled it meanwhile."""
+    try:
+        if exception is not None:
+            future.set_exception(exception)
+        else:
+            future.set_result(result)
+    except concurrent.futures.InvalidStateError:
+        pass
