@@ -191,6 +191,7 @@ class BatchedDecoder:
     def _run(self) -> None:
         import torch
 
+        torch.set_num_threads(1)
         active: list[_Sequence] = []
         with torch.inference_mode():
             while True:
