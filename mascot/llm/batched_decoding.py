@@ -147,7 +147,11 @@ class _Request:
     params: SamplingParams
     seed: int
     future: concurrent.futures.Future
+    admitted: int = 0  # sequences given a place in the batch so far
     sequences: list[_Sequence] = field(default_factory=list)
+    # After the prompt's forward pass, until every sequence has started: its cache and last logits.
+    prompt_cache: SequenceCache | None = None
+    prompt_logits: Any = None
 
     @property
     def rows(self) -> int:
@@ -165,7 +169,11 @@ class _Sequence:
 
 
 class BatchedDecoder:
-    """Decodes every request submitted for one loaded model, `max_batch` sequences at a time, in one thread."""
+    """Decodes every request submitted for one loaded model, at most `max_batch` sequences at a time, in one thread.
+
+    A request for n samples is n sequences that share one forward pass over the prompt. Its sequences
+    take places in the batch as places free up, so `max_batch` 1 decodes one sequence at a time.
+    """
 
     def __init__(self, model: Any, tokenizer: Any, tokenizer_lock: threading.Lock, device: str, max_batch: int):
         self.model, self.tokenizer, self.tokenizer_lock = model, tokenizer, tokenizer_lock
@@ -173,7 +181,8 @@ class BatchedDecoder:
         ends = model.generation_config.eos_token_id
         self.end_ids = {tokenizer.eos_token_id, *(ends if isinstance(ends, list) else [ends])} - {None}
         self.dtype = next(model.parameters()).dtype
-        self._waiting: collections.deque[_Request] = collections.deque()
+        self._waiting: collections.deque[_Request] = collections.deque()  # until all its sequences are admitted
+        self._active: list[_Sequence] = []
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
 
@@ -191,64 +200,87 @@ class BatchedDecoder:
     def _run(self) -> None:
         import torch
 
+        # Per-step operators are too small to split across threads, and a second OpenMP team in the process
+        # (torch used from any other thread) halved this thread's speed on 2 cores. The setting is this thread's.
         torch.set_num_threads(1)
-        active: list[_Sequence] = []
         with torch.inference_mode():
             while True:
-                joining = self._admit(active)
-                active = [sequence for sequence in active if not sequence.request.future.cancelled()]
+                joining, resuming = self._admit()
+                self._active = [s for s in self._active if not s.request.future.cancelled()]
                 try:
-                    self._step(joining, active)
+                    self._step(joining, resuming)
                 except Exception as exc:  # every request in the step gets the error; the next step goes on
                     log.exception("batched decoding step failed")
-                    for request in {sequence.request for sequence in active} | set(joining):
+                    failed = {s.request for s in self._active} | {request for request, _ in joining + resuming}
+                    for request in failed:
                         _settle(request.future, exception=exc)
-                    active = []
-                    continue
-                active = self._finish(active + [s for request in joining for s in request.sequences])
+                    self._active = []
 
-    def _admit(self, active: list[_Sequence]) -> list[_Request]:
-        """Waiting requests that fit beside `active`, first come first served; blocks while there is no work."""
+    def _admit(self) -> tuple[list[tuple[_Request, int]], list[tuple[_Request, int]]]:
+        """Places for waiting sequences beside the active ones, first come first served: (request, sequences) for
+        requests whose prompt goes through this step, and for those whose prompt already has. Blocks while idle."""
         with self._wake:
-            while not active and not self._waiting:
+            while not self._active and not self._waiting:
                 self._wake.wait()
-            joining, rows = [], len(active)
-            while self._waiting:
+            joining, resuming = [], []
+            places = self.max_batch - len(self._active)
+            while self._waiting and places > 0:
                 request = self._waiting[0]
                 if request.future.cancelled():
                     self._waiting.popleft()
                     continue
-                if rows and rows + request.rows > self.max_batch:
-                    break
-                joining.append(self._waiting.popleft())
-                rows += request.rows
-            return joining
+                count = min(places, request.rows - request.admitted)
+                (resuming if request.admitted else joining).append((request, count))
+                request.admitted += count
+                places -= count
+                if request.admitted < request.rows:
+                    break  # its other sequences come first, as places free up
+                self._waiting.popleft()
+            return joining, resuming
 
-    def _step(self, joining: list[_Request], decoding: list[_Sequence]) -> None:
-        """One forward pass: the next token of every decoding sequence, and the first of every joining request."""
+    def _step(self, joining: list[tuple[_Request, int]], resuming: list[tuple[_Request, int]]) -> None:
+        """One forward pass: the next token of every decoding sequence, and every joining request's prompt."""
+        for request, count in resuming:  # their prompt's logits are at hand: their first tokens need no pass
+            self._active += self._start(request, count, request.prompt_logits)
+        self._finish()  # a first token may have ended a sequence
+        pieces = [([sequence.tokens[-1]], sequence.cache) for sequence in self._active]
+        for request, _ in joining:
+            request.prompt_cache = SequenceCache(self.model.config, len(request.prompt) + request.params.max_new_tokens,
+                                                 self.device, self.dtype)
+            pieces.append((request.prompt, request.prompt_cache))
+        if not pieces:
+            return
+        logits = packed_forward(self.model, pieces).float()
+        decoding = len(self._active)
+        tokens = _sample(logits[:decoding], [s.request.params for s in self._active], [s.generator for s in self._active])
+        for sequence, token in zip(self._active, tokens):
+            self._append(sequence, token)
+        for (request, count), row in zip(joining, range(decoding, len(pieces))):
+            self._active += self._start(request, count, logits[row])
+        self._finish()
+
+    def _start(self, request: _Request, count: int, prompt_logits: Any) -> list[_Sequence]:
+        """`count` more sequences of `request`, each with a copy of the prompt's cache and its first token."""
         import numpy
         import torch
 
-        pieces = [([sequence.tokens[-1]], sequence.cache) for sequence in decoding]
-        for request in joining:
-            pieces.append((request.prompt, SequenceCache(self.model.config, len(request.prompt)
-                                                         + request.params.max_new_tokens, self.device, self.dtype)))
-        logits = packed_forward(self.model, pieces).float()
-
-        # Every sequence's row of logits: a joining request's sequences all start from its prompt's row.
-        rows, sequences = list(range(len(decoding))), list(decoding)
-        for row, (request, (_, cache)) in enumerate(zip(joining, pieces[len(decoding):]), len(decoding)):
-            for index in range(request.rows):
-                generator = None
-                if request.params.temperature > 0:
-                    seed = numpy.random.SeedSequence([request.seed, index]).generate_state(1, numpy.uint64)[0]
-                    generator = torch.Generator(device=self.device).manual_seed(int(seed))
-                request.sequences.append(_Sequence(request, cache if index == 0 else cache.copy(), generator))
-                rows.append(row)
-            sequences += request.sequences
-        tokens = _sample(logits[rows], [s.request.params for s in sequences], [s.generator for s in sequences])
-        for sequence, token in zip(sequences, tokens):
+        started = []
+        for index in range(len(request.sequences), len(request.sequences) + count):
+            generator = None
+            if request.params.temperature > 0:
+                seed = numpy.random.SeedSequence([request.seed, index]).generate_state(1, numpy.uint64)[0]
+                generator = torch.Generator(device=self.device).manual_seed(int(seed))
+            last = index == request.rows - 1  # the last one takes the prompt's cache itself
+            started.append(_Sequence(request, request.prompt_cache if last else request.prompt_cache.copy(), generator))
+        request.sequences += started
+        tokens = _sample(prompt_logits.expand(count, -1), [request.params] * count, [s.generator for s in started])
+        for sequence, token in zip(started, tokens):
             self._append(sequence, token)
+        if len(request.sequences) == request.rows:
+            request.prompt_cache = request.prompt_logits = None
+        else:
+            request.prompt_logits = prompt_logits
+        return started
 
     def _append(self, sequence: _Sequence, token: int) -> None:
         params = sequence.request.params
@@ -263,16 +295,16 @@ class BatchedDecoder:
                 text = self.tokenizer.decode(sequence.tokens, skip_special_tokens=True)
             sequence.done = any(stop and stop in text for stop in params.stop)
 
-    def _finish(self, sequences: list[_Sequence]) -> list[_Sequence]:
-        """Answer every request whose sequences are all done; the sequences still decoding."""
-        for request in {sequence.request: None for sequence in sequences if sequence.done}:
-            if all(sequence.done for sequence in request.sequences):
+    def _finish(self) -> None:
+        """Answer every request whose sequences have all started and ended; keep the others' sequences."""
+        for request in {sequence.request: None for sequence in self._active if sequence.done}:
+            if len(request.sequences) == request.rows and all(s.done for s in request.sequences):
                 with self.tokenizer_lock:
                     decoded = self.tokenizer.batch_decode([s.tokens for s in request.sequences],
                                                           skip_special_tokens=True)
                 texts = [truncate_at_stop(text, request.params.stop).strip() for text in decoded]
                 _settle(request.future, result=texts * (request.n // len(texts)))
-        return [sequence for sequence in sequences if not sequence.done]
+        self._active = [sequence for sequence in self._active if not sequence.done]
 
 
 def _sample(logits: Any, params: list[SamplingParams], generators: list[Any]) -> list[int]:

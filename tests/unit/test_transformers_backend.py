@@ -78,14 +78,15 @@ def test_model_is_loaded_once_per_process(lm_dir, backend):
 def test_generation_leaves_the_event_loop_free(backend):
     async def run():
         ticks = 0
-        task = asyncio.create_task(backend.generate(MESSAGES, 2, PARAMS.model_copy(update={"max_new_tokens": 64}), 0))
+        # Eight samples, so that some write on for many steps (the tiny model often ends at once).
+        task = asyncio.create_task(backend.generate(MESSAGES, 8, PARAMS.model_copy(update={"max_new_tokens": 64}), 0))
         while not task.done():
             ticks += 1
             await asyncio.sleep(0.001)
         return ticks, await task
 
     ticks, texts = asyncio.run(run())
-    assert len(texts) == 2 and ticks > 1
+    assert len(texts) == 8 and max(len(text.split()) for text in texts) > 10 and ticks > 1
 
 
 def test_lora_adapter_is_loaded_and_changes_the_samples(lm_dir, backend, tmp_path):
@@ -197,8 +198,11 @@ def test_a_requests_texts_do_not_depend_on_its_batch(lm_dir, params):
 def test_n_samples_are_one_request_whose_rows_do_not_depend_on_the_batch(lm_dir):
     serial = TransformersBackend(lm_dir, device="cpu", max_batch=1)
     batched = TransformersBackend(lm_dir, device="cpu", max_batch=16)
-    alone = generate(serial, n=4, seed=7, messages=PROMPTS[3])
+    with forward_passes(serial) as passes:
+        alone = generate(serial, n=4, seed=7, messages=PROMPTS[3])
     assert len(alone) == 4 and len(set(alone)) > 1
+    # max_batch 1: one pass over the prompt, then its four sequences one after the other.
+    assert [sequences for _, sequences in passes] == [1] * len(passes) and len(passes) > 4
     crowd = [(PROMPTS[i], 1, PARAMS, 300 + i) for i in range(6)]
     together = asyncio.run(all_at_once(batched, crowd[:3] + [(PROMPTS[3], 4, PARAMS, 7)] + crowd[3:]))
     assert together[3] == alone
@@ -209,9 +213,11 @@ def test_a_cancelled_request_leaves_the_batch_and_the_rest_are_answered(lm_dir):
     params = PARAMS.model_copy(update={"max_new_tokens": 48})
     # The victim's prompt is longer than any other sequence gets, so its positions tell its tokens apart.
     victim = [{"role": "system", "content": "You are The Anchor."}, {"role": "user", "content": "Again. " * 150}]
-    requests = [(PROMPTS[i], 1, params, 40 + i) for i in range(3)] + [(victim, 1, params, 5)]
+    # A seed with which the victim, alone, writes on well past the cancellation.
+    seed = next(seed for seed in range(5, 60) if len(generate(backend, 1, params, seed, victim)[0].split()) >= 12)
+    requests = [(PROMPTS[i], 1, params, 40 + i) for i in range(3)] + [(victim, 1, params, seed)]
     alone = [generate(backend, n, p, seed, messages) for messages, n, p, seed in requests]
-    victim_start = len(backend.load().encode(normalize_messages(victim), {}))
+    victim_start = len(backend.load().encode(normalize_messages(victim), {})) - 1  # its prompt's last position
     assert all(len(backend.load().encode(normalize_messages(m), {})) + 48 < victim_start for m, *_ in requests[:3])
 
     async def cancel_the_victim_after_three_passes():
