@@ -17,6 +17,12 @@ not depend on which other requests share its steps, so nothing in a step mixes s
   sequence's index. No process-wide random state is read or changed, so a trainer sampling in the
   same process draws the same numbers whether a request ran or came from the cache.
 
+Prompts are read in chunks of `PREFILL_CHUNK` tokens at fixed positions, and the keys and values of
+a prompt's full chunks are kept (`PrefixStore`) for the next prompt that starts with the same
+tokens: a Stage 2 turn repeats the whole conversation so far, and branches share their prefix. A
+chunk's attention has the same shapes whether the chunks before it were computed in this pass or
+taken from the store, so reuse changes no bit of what follows.
+
 Sampling is temperature then top-p, as the OpenAI-style parameters describe; there is no top-k.
 """
 
@@ -36,6 +42,7 @@ from mascot.llm.base import truncate_at_stop
 log = logging.getLogger(__name__)
 
 LINEAR_BLOCK_ROWS = 64
+PREFILL_CHUNK = 64
 ATTENTION = "mascot_per_sequence"
 # Names what the texts depend on besides the request, for the request cache's key: a change to how
 # tokens are sampled here must not be answered by records of the old way.
@@ -71,9 +78,11 @@ def _blocked_linear(layer: Any, inputs: Any) -> Any:
 def _per_sequence_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
                             scaling: float | None = None, dropout: float = 0.0, segments: list | None = None,
                             **kwargs: Any) -> tuple[Any, None]:
-    """Attention for packed sequences: `segments` lists each one's (start, length, cache) in the packed row.
+    """Attention for packed sequences: `segments` lists each piece's (start in the packed row, length, cache,
+    position of its first token).
 
     query is (1, heads, tokens, dim), key and value (1, kv_heads, tokens, dim): the step's new tokens.
+    A piece's tokens see the sequence's tokens before them and, causally, each other.
     """
     import torch
     import torch.nn.functional as F
@@ -81,33 +90,44 @@ def _per_sequence_attention(module: Any, query: Any, key: Any, value: Any, atten
     if segments is None:
         raise RuntimeError(f"{ATTENTION} attention runs only inside mascot's batched decoder")
     outputs = []
-    for start, length, cache in segments:
-        keys, values = cache.extend(module.layer_idx, key[:, :, start:start + length], value[:, :, start:start + length])
+    for start, length, cache, position in segments:
+        keys, values = cache.extend(module.layer_idx, position, key[:, :, start:start + length],
+                                    value[:, :, start:start + length])
+        mask = None
+        if length > 1:
+            mask = torch.ones(length, position + length, dtype=torch.bool, device=query.device).tril(position)
         outputs.append(F.scaled_dot_product_attention(query[:, :, start:start + length], keys, values,
-                                                      is_causal=length > 1, scale=scaling, enable_gqa=True))
+                                                      attn_mask=mask, scale=scaling, enable_gqa=True))
     return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
 
 
-def packed_forward(model: Any, pieces: list[tuple[list[int], SequenceCache]]) -> Any:
-    """One forward pass over several sequences' new tokens, packed into one row; the logits of each one's last token.
+def packed_forward(model: Any, pieces: list[tuple[list[int], SequenceCache, int]]) -> Any:
+    """One forward pass over several sequences' new tokens, packed into one row; the logits of each piece's last token.
 
-    A piece is (new tokens, the sequence's cache): a whole prompt for a sequence that joins, its last
-    sampled token for one that decodes. Their keys and values go into the caches.
+    A piece is (tokens, the sequence's cache, the position of its first token): a chunk of a prompt,
+    or the last sampled token of a sequence that decodes. Their keys and values go into the caches;
+    a sequence's pieces come in order.
     """
     import torch
 
     tokens, positions, segments = [], [], []
-    for new, cache in pieces:
-        segments.append((len(tokens), len(new), cache))
+    for new, cache, position in pieces:
+        segments.append((len(tokens), len(new), cache, position))
         tokens += new
-        positions += range(cache.length, cache.length + len(new))
+        positions += range(position, position + len(new))
     device = model.device
-    last = torch.tensor([start + length - 1 for start, length, _ in segments], device=device)
+    last = torch.tensor([start + length - 1 for start, length, _, _ in segments], device=device)
     output = model(input_ids=torch.tensor([tokens], device=device), position_ids=torch.tensor([positions], device=device),
                    use_cache=False, logits_to_keep=last, segments=segments)
-    for _, length, cache in segments:
-        cache.commit(length)
+    for _, length, cache, position in segments:
+        cache.length = max(cache.length, position + length)
     return output.logits[0]
+
+
+def prompt_pieces(prompt: list[int], cache: SequenceCache) -> list[tuple[list[int], SequenceCache, int]]:
+    """The chunks of `prompt` past what `cache` holds, each at its fixed place (multiples of PREFILL_CHUNK)."""
+    return [(prompt[start:start + PREFILL_CHUNK], cache, start)
+            for start in range(cache.length, len(prompt), PREFILL_CHUNK)]
 
 
 class SequenceCache:
@@ -122,22 +142,71 @@ class SequenceCache:
         self.values = torch.empty(shape, device=device, dtype=dtype)
         self.length = 0  # tokens whose keys every layer holds
 
-    def extend(self, layer: int, keys: Any, values: Any) -> tuple[Any, Any]:
-        """Store one layer's keys and values for the step's new tokens; the layer's keys and values so far."""
-        if self.length and keys.shape[2] != 1:
-            raise RuntimeError("a sequence with cached tokens takes one new token a step")
-        end = self.length + keys.shape[2]
-        self.keys[layer, :, :, self.length:end] = keys
-        self.values[layer, :, :, self.length:end] = values
+    def extend(self, layer: int, position: int, keys: Any, values: Any) -> tuple[Any, Any]:
+        """Store one layer's keys and values for tokens from `position` on; the layer's keys and values up to them."""
+        end = position + keys.shape[2]
+        self.keys[layer, :, :, position:end] = keys
+        self.values[layer, :, :, position:end] = values
         return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
-
-    def commit(self, count: int) -> None:
-        self.length += count
 
     def copy(self) -> SequenceCache:
         twin = object.__new__(SequenceCache)
         twin.keys, twin.values, twin.length = self.keys.clone(), self.values.clone(), self.length
         return twin
+
+
+class PrefixStore:
+    """The keys and values of recent prompts' full chunks, by the tokens up to each chunk's end; least recently
+    used first out, past `capacity` bytes. One per loaded model, shared by its decoders' threads."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self._chunks: collections.OrderedDict[tuple[int, ...], tuple[Any, Any]] = collections.OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def reuse(self, prompt: list[int], cache: SequenceCache) -> None:
+        """Copy into `cache` the stored chunks that `prompt` starts with, leaving at least its last token to compute
+        (its logits are needed)."""
+        with self._lock:
+            used = []
+            for end in range(PREFILL_CHUNK, len(prompt), PREFILL_CHUNK):
+                chunk = self._chunks.get(key := tuple(prompt[:end]))
+                if chunk is None:
+                    break
+                cache.keys[:, :, :, end - PREFILL_CHUNK:end], cache.values[:, :, :, end - PREFILL_CHUNK:end] = chunk
+                cache.length = end
+                used.append(key)
+            self._touch(used)
+
+    def keep(self, prompt: list[int], cache: SequenceCache) -> None:
+        """Store the full chunks of `prompt` that `cache` now holds."""
+        if not self.capacity:
+            return
+        with self._lock:
+            kept = []
+            for end in range(PREFILL_CHUNK, min(len(prompt), cache.length) + 1, PREFILL_CHUNK):
+                kept.append(key := tuple(prompt[:end]))
+                if key not in self._chunks:
+                    chunk = (cache.keys[:, :, :, end - PREFILL_CHUNK:end].clone(),
+                             cache.values[:, :, :, end - PREFILL_CHUNK:end].clone())
+                    self._chunks[key] = chunk
+                    self._bytes += 2 * chunk[0].nbytes
+            self._touch(kept)
+            while self._bytes > self.capacity:
+                _, (keys, _) = self._chunks.popitem(last=False)
+                self._bytes -= 2 * keys.nbytes
+
+    def _touch(self, keys: list[tuple[int, ...]]) -> None:
+        """Mark a prompt's chunks used, its first chunk last: a chunk is of use only after those before it, so
+        eviction takes a prompt's end first."""
+        for key in reversed(keys):
+            self._chunks.move_to_end(key)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._chunks.clear()
+            self._bytes = 0
 
 
 @dataclass(eq=False)
@@ -175,8 +244,9 @@ class BatchedDecoder:
     take places in the batch as places free up, so `max_batch` 1 decodes one sequence at a time.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, tokenizer_lock: threading.Lock, device: str, max_batch: int):
-        self.model, self.tokenizer, self.tokenizer_lock = model, tokenizer, tokenizer_lock
+    def __init__(self, model: Any, tokenizer: Any, tokenizer_lock: threading.Lock, prefixes: PrefixStore, device: str,
+                 max_batch: int):
+        self.model, self.tokenizer, self.tokenizer_lock, self.prefixes = model, tokenizer, tokenizer_lock, prefixes
         self.device, self.max_batch = device, max_batch
         ends = model.generation_config.eos_token_id
         self.end_ids = {tokenizer.eos_token_id, *(ends if isinstance(ends, list) else [ends])} - {None}
@@ -243,11 +313,14 @@ class BatchedDecoder:
         for request, count in resuming:  # their prompt's logits are at hand: their first tokens need no pass
             self._active += self._start(request, count, request.prompt_logits)
         self._finish()  # a first token may have ended a sequence
-        pieces = [([sequence.tokens[-1]], sequence.cache) for sequence in self._active]
+        pieces = [([sequence.tokens[-1]], sequence.cache, sequence.cache.length) for sequence in self._active]
+        prompt_ends = []  # each joining request's last piece: its logits give the first tokens
         for request, _ in joining:
             request.prompt_cache = SequenceCache(self.model.config, len(request.prompt) + request.params.max_new_tokens,
                                                  self.device, self.dtype)
-            pieces.append((request.prompt, request.prompt_cache))
+            self.prefixes.reuse(request.prompt, request.prompt_cache)
+            pieces += prompt_pieces(request.prompt, request.prompt_cache)
+            prompt_ends.append(len(pieces) - 1)
         if not pieces:
             return
         logits = packed_forward(self.model, pieces).float()
@@ -255,7 +328,8 @@ class BatchedDecoder:
         tokens = _sample(logits[:decoding], [s.request.params for s in self._active], [s.generator for s in self._active])
         for sequence, token in zip(self._active, tokens):
             self._append(sequence, token)
-        for (request, count), row in zip(joining, range(decoding, len(pieces))):
+        for (request, count), row in zip(joining, prompt_ends):
+            self.prefixes.keep(request.prompt, request.prompt_cache)
             self._active += self._start(request, count, logits[row])
         self._finish()
 

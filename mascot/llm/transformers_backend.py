@@ -26,7 +26,7 @@ from typing import Any
 
 from mascot.config import SamplingParams
 from mascot.llm.base import MessageLike, check_n, normalize_messages
-from mascot.llm.batched_decoding import SAMPLER, BatchedDecoder, make_batch_invariant
+from mascot.llm.batched_decoding import SAMPLER, BatchedDecoder, PrefixStore, make_batch_invariant
 from mascot.llm.limits import shared_limit
 from mascot.torch_runtime import MissingTrainExtra, quiet_transformers, require_torch, resolve_device
 
@@ -38,6 +38,7 @@ class LoadedModel:
     model: Any  # transformers PreTrainedModel (adapter merged in, when there is one)
     tokenizer: Any
     device: str
+    prefixes: PrefixStore
     # A fast tokenizer used from two threads at once can fail ("Already borrowed").
     tokenizer_lock: threading.Lock = field(default_factory=threading.Lock)
     decoders: dict[int, BatchedDecoder] = field(default_factory=dict)  # by max_batch
@@ -51,9 +52,13 @@ class LoadedModel:
         with _LOAD_LOCK:
             if max_batch not in self.decoders:
                 self.decoders[max_batch] = BatchedDecoder(self.model, self.tokenizer, self.tokenizer_lock,
-                                                          self.device, max_batch)
+                                                          self.prefixes, self.device, max_batch)
             return self.decoders[max_batch]
 
+
+# Memory for the keys and values of prompts' shared chunks, per loaded model: at 512 bytes a token, the tiny
+# models' whole demo fits; Qwen3-8B in bf16 takes 144 KiB a token, so 3,600 tokens (a long conversation).
+PREFIX_CACHE_BYTES = 512 << 20
 
 _LOADED: dict[tuple[str, str | None, str], LoadedModel] = {}
 _LOAD_LOCK = threading.Lock()
@@ -100,7 +105,7 @@ def _load_uncached(model: str, adapter: str | None, device: str) -> LoadedModel:
         network = PeftModel.from_pretrained(network, adapter).merge_and_unload()
     network.to(device).eval()
     make_batch_invariant(network)
-    return LoadedModel(model=network, tokenizer=tokenizer, device=device)
+    return LoadedModel(model=network, tokenizer=tokenizer, device=device, prefixes=PrefixStore(PREFIX_CACHE_BYTES))
 
 
 class TransformersBackend:

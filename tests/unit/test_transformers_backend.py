@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import sys
 
 import pytest
@@ -258,7 +259,7 @@ def test_a_sequences_logits_are_bitwise_the_same_alone_and_packed_with_others(lm
     # Equal texts could hide logits that differ in their last bits, which flip a token once in a long while.
     import torch
 
-    from mascot.llm.batched_decoding import SequenceCache, packed_forward
+    from mascot.llm.batched_decoding import SequenceCache, packed_forward, prompt_pieces
 
     loaded = TransformersBackend(lm_dir, device="cpu").load()
     # Each prompt, and the token it decodes next.
@@ -267,8 +268,12 @@ def test_a_sequences_logits_are_bitwise_the_same_alone_and_packed_with_others(lm
     def prefill_then_one_step(group):
         caches = [SequenceCache(loaded.model.config, len(prompt) + 2, "cpu", torch.float32) for prompt, _ in group]
         with torch.inference_mode():
-            first = packed_forward(loaded.model, [(prompt, cache) for (prompt, _), cache in zip(group, caches)])
-            second = packed_forward(loaded.model, [([token], cache) for (_, token), cache in zip(group, caches)])
+            # Each prompt's logits are those of its last chunk, the last of its pieces.
+            pieces = [prompt_pieces(prompt, cache) for (prompt, _), cache in zip(group, caches)]
+            ends = torch.tensor(list(itertools.accumulate(len(p) for p in pieces))) - 1
+            first = packed_forward(loaded.model, [piece for p in pieces for piece in p])[ends]
+            second = packed_forward(loaded.model, [([token], cache, cache.length)
+                                                   for (_, token), cache in zip(group, caches)])
         return first, second
 
     alone = [torch.cat(logits) for logits in zip(*(prefill_then_one_step([prompt]) for prompt in prompts))]
@@ -276,3 +281,43 @@ def test_a_sequences_logits_are_bitwise_the_same_alone_and_packed_with_others(lm
     backwards = [logits.flip(0) for logits in prefill_then_one_step(prompts[::-1])]
     for step in range(2):
         assert torch.equal(together[step], alone[step]) and torch.equal(backwards[step], alone[step])
+
+
+def test_a_prompt_that_starts_like_an_earlier_one_reuses_its_chunks_and_writes_the_same(lm_dir):
+    backend = TransformersBackend(lm_dir, device="cpu", max_batch=4)
+    prefixes = backend.load().prefixes
+    earlier = [{"role": "system", "content": " ".join(SENTENCES * 3)}, {"role": "user", "content": "What now?"}]
+    later = earlier[:1] + [{"role": "user", "content": "And what then, do you think?"}]
+    prefixes.clear()
+    with forward_passes(backend) as passes:
+        fresh = generate(backend, 3, PARAMS, 3, later)
+    assert min(passes[0][0]) == 0, "with nothing stored, the prompt is read from its first token"
+
+    prefixes.clear()
+    generate(backend, 1, PARAMS, 5, earlier)  # stores the chunks of the system prompt they share
+    with forward_passes(backend) as passes:
+        reused = generate(backend, 3, PARAMS, 3, later)
+    assert min(passes[0][0]) >= 128, "the shared chunks were read again instead of reused"
+    assert reused == fresh
+
+
+def test_the_prefix_store_keeps_to_its_capacity_and_evicts_a_prompts_end_first(lm_dir):
+    import torch
+    from transformers import AutoConfig
+
+    from mascot.llm.batched_decoding import PREFILL_CHUNK, PrefixStore, SequenceCache
+
+    config = AutoConfig.from_pretrained(lm_dir)
+    prompt = list(range(4 * PREFILL_CHUNK + 5))
+    filled = SequenceCache(config, len(prompt), "cpu", torch.float32)
+    filled.keys.normal_(), filled.values.normal_()
+    filled.length = len(prompt)
+    chunk_bytes = 2 * filled.keys[:, :, :, :PREFILL_CHUNK].nbytes
+    store = PrefixStore(capacity=2 * chunk_bytes)
+    store.keep(prompt, filled)
+    assert store._bytes == 2 * chunk_bytes
+
+    again = SequenceCache(config, len(prompt), "cpu", torch.float32)
+    store.reuse(prompt[:3 * PREFILL_CHUNK] + [9999] * 40, again)
+    assert again.length == 2 * PREFILL_CHUNK, "the first two chunks stay; the last two went first"
+    assert torch.equal(again.keys[:, :, :, :again.length], filled.keys[:, :, :, :again.length])
