@@ -1,6 +1,6 @@
 """Throughput of the in-process backend: batched decoding against one sequence at a time, in one run.
 
-    python benchmarks/generation.py [--requests 64 --tokens 32 --max-batch 16 --rounds 3 --config configs/tiny.yaml]
+    python benchmarks/generation.py [--requests 64 --tokens 32 --max-batch 32 --rounds 3 --config configs/tiny.yaml]
 
 The model is the config's tiny language model (built, or found in the cache, as `make demo` does),
 and the requests are Stage 1's own: Speaker prompts for the config's sample contexts and personas,
@@ -9,7 +9,8 @@ of mixed lengths, each with its own seed. For K=1 and K=8 (one request asking fo
 - `serial`: the same backend with `max_batch` 1, one request at a time. Every ratio is against it.
 - `generate`: transformers' `generate`, one request at a time with `set_seed`: the path the backend
   took before it batched, for reference. Its sampler differs, so its texts are not compared.
-- `batched`: `max_batch` --max-batch at concurrency 1, 8 and 32 (requests in flight at once).
+- `batched`: `max_batch` --max-batch (the config's default, 32) at concurrency 1, 8 and 32 (requests in
+  flight at once).
 
 Generated tokens are those of the returned texts, tokenized again, for every side. The mean number
 of sequences decoding in a forward pass is counted by the passes themselves (a hook on the model).
@@ -29,6 +30,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from mascot.config import BackendConfig
 
 
 def requests(config, count: int, tokens: int) -> list[tuple[list[dict], int]]:
@@ -97,7 +100,8 @@ def main() -> None:
     parser.add_argument("--config", type=Path, default=REPO / "configs" / "tiny.yaml", help="Its tiny:lm is the model.")
     parser.add_argument("--requests", type=int, default=64, help="Requests per side.")
     parser.add_argument("--tokens", type=int, default=32, help="max_new_tokens of every request.")
-    parser.add_argument("--max-batch", type=int, default=16, help="The batched sides' max_batch.")
+    parser.add_argument("--max-batch", type=int, default=BackendConfig.model_fields["max_batch"].default,
+                        help="The batched sides' max_batch (default: the config's default).")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32], help="Batched sides' concurrency.")
     parser.add_argument("--k", type=int, nargs="+", default=[1, 8], help="Replies per request.")
     parser.add_argument("--rounds", type=int, default=3, help="Rounds of every side, in turn; medians are printed.")

@@ -35,7 +35,7 @@ class BackendConfig(Section):
     )
     max_concurrency: int = Field(default=16, ge=1, description="Requests in flight at once, for the whole flow run "
                                  "(every shard and thread of it).")
-    max_batch: int = Field(default=16, ge=1, description="transformers backend: the most sequences decoded together "
+    max_batch: int = Field(default=32, ge=1, description="transformers backend: the most sequences decoded together "
                            "in one forward pass (a request asks for n); 1 decodes one sequence at a time.")
     timeout_s: float = Field(default=120.0, gt=0, description="Per-request timeout in seconds.")
     max_retries: int = Field(default=4, ge=0, description="Retries with exponential backoff per request.")

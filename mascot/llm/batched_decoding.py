@@ -62,17 +62,17 @@ def make_batch_invariant(model: Any) -> None:
 
 
 def _blocked_linear(layer: Any, inputs: Any) -> Any:
+    """`layer(inputs)`, as one batched product of (LINEAR_BLOCK_ROWS x in) blocks by the weight."""
     import torch
     import torch.nn.functional as F
 
     rows = inputs.reshape(-1, inputs.shape[-1])
     count = rows.shape[0]
-    rows = F.pad(rows, (0, 0, 0, -count % LINEAR_BLOCK_ROWS))
-    if rows.shape[0] == LINEAR_BLOCK_ROWS:  # every decoding step of up to 64 sequences
-        out = F.linear(rows, layer.weight, layer.bias)
-    else:
-        out = torch.cat([F.linear(block, layer.weight, layer.bias) for block in rows.split(LINEAR_BLOCK_ROWS)])
-    return out[:count].reshape(*inputs.shape[:-1], -1)
+    blocks = F.pad(rows, (0, 0, 0, -count % LINEAR_BLOCK_ROWS)).view(-1, LINEAR_BLOCK_ROWS, rows.shape[1])
+    out = torch.bmm(blocks, layer.weight.t().expand(blocks.shape[0], -1, -1)).view(-1, layer.weight.shape[0])[:count]
+    if layer.bias is not None:
+        out = out + layer.bias
+    return out.reshape(*inputs.shape[:-1], -1)
 
 
 def _per_sequence_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
@@ -91,12 +91,12 @@ def _per_sequence_attention(module: Any, query: Any, key: Any, value: Any, atten
         raise RuntimeError(f"{ATTENTION} attention runs only inside mascot's batched decoder")
     outputs = []
     for start, length, cache, position in segments:
-        keys, values = cache.extend(module.layer_idx, position, key[:, :, start:start + length],
-                                    value[:, :, start:start + length])
+        keys, values = cache.extend(module.layer_idx, position, key.narrow(2, start, length),
+                                    value.narrow(2, start, length))
         mask = None
         if length > 1:
             mask = torch.ones(length, position + length, dtype=torch.bool, device=query.device).tril(position)
-        outputs.append(F.scaled_dot_product_attention(query[:, :, start:start + length], keys, values,
+        outputs.append(F.scaled_dot_product_attention(query.narrow(2, start, length), keys, values,
                                                       attn_mask=mask, scale=scaling, enable_gqa=True))
     return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
 
@@ -141,17 +141,20 @@ class SequenceCache:
         self.keys = torch.empty(shape, device=device, dtype=dtype)
         self.values = torch.empty(shape, device=device, dtype=dtype)
         self.length = 0  # tokens whose keys every layer holds
+        self._layers = list(zip(self.keys.unbind(0), self.values.unbind(0)))  # views: indexing a list is free
 
     def extend(self, layer: int, position: int, keys: Any, values: Any) -> tuple[Any, Any]:
         """Store one layer's keys and values for tokens from `position` on; the layer's keys and values up to them."""
+        layer_keys, layer_values = self._layers[layer]
+        layer_keys.narrow(2, position, keys.shape[2]).copy_(keys)
+        layer_values.narrow(2, position, keys.shape[2]).copy_(values)
         end = position + keys.shape[2]
-        self.keys[layer, :, :, position:end] = keys
-        self.values[layer, :, :, position:end] = values
-        return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
+        return layer_keys.narrow(2, 0, end), layer_values.narrow(2, 0, end)
 
     def copy(self) -> SequenceCache:
         twin = object.__new__(SequenceCache)
         twin.keys, twin.values, twin.length = self.keys.clone(), self.values.clone(), self.length
+        twin._layers = list(zip(twin.keys.unbind(0), twin.values.unbind(0)))
         return twin
 
 
@@ -401,13 +404,16 @@ def _sample(logits: Any, params: list[SamplingParams], generators: list[Any]) ->
     probabilities = torch.softmax(logits / temperature[:, None], dim=-1)
     cumulative = probabilities.cumsum(-1)
     while pending:
-        rows = torch.tensor(pending, device=device)
+        if len(pending) == len(params):
+            probs, cumulated, nucleus = probabilities, cumulative, top_p
+        else:  # draws again for the rows whose draw fell outside the nucleus
+            rows = torch.tensor(pending, device=device)
+            probs, cumulated, nucleus = probabilities[rows], cumulative[rows], top_p[rows]
         draws = torch.cat([torch.rand(1, generator=generators[row], device=device) for row in pending])
-        total = cumulative[rows, -1]
-        picked = torch.searchsorted(cumulative[rows], (draws * total)[:, None], right=True).clamp(max=vocabulary - 1)
-        chosen = probabilities[rows].gather(-1, picked)
-        more_likely = (probabilities[rows] * (probabilities[rows] > chosen)).sum(-1)
-        kept = (more_likely < top_p[rows] * total).tolist()
+        total = cumulated[:, -1]
+        picked = torch.searchsorted(cumulated, (draws * total)[:, None], right=True).clamp(max=vocabulary - 1)
+        more_likely = (probs * (probs > probs.gather(-1, picked))).sum(-1)
+        kept = (more_likely < nucleus * total).tolist()
         for row, token, keep in zip(pending, picked[:, 0].tolist(), kept):
             if keep:
                 tokens[row] = token

@@ -113,7 +113,7 @@ class TransformersBackend:
     sampler = SAMPLER  # part of the request cache's key
 
     def __init__(self, model: str | Path, *, adapter: str | Path | None = None, device: str = "auto",
-                 max_batch: int = 16, max_concurrency: int = 16):
+                 max_batch: int = 32, max_concurrency: int = 16):
         self.model = str(model)
         self.adapter = str(adapter) if adapter is not None else None
         self.adapter_fingerprint = adapter_fingerprint(adapter) if adapter is not None else None
