@@ -6,7 +6,10 @@ on sys.path.
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -38,3 +41,13 @@ def serve(app: FastAPI, port: int | None = None) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def end_process_group(process: subprocess.Popen, timeout_s: float = 30) -> None:
+    """SIGTERM a process started with start_new_session=True and everything it started; SIGKILL if it lingers."""
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()

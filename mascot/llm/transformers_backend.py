@@ -26,7 +26,8 @@ from typing import Any
 
 from mascot.config import SamplingParams
 from mascot.llm.base import MessageLike, check_n, normalize_messages
-from mascot.llm.batched_decoding import SAMPLER, BatchedDecoder, PrefixStore, make_batch_invariant
+from mascot.llm.batched_decoding import SAMPLER, BatchedDecoder, make_batch_invariant
+from mascot.llm.kv_cache import PrefixStore
 from mascot.llm.limits import shared_limit
 from mascot.torch_runtime import MissingTrainExtra, quiet_transformers, require_torch, resolve_device
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ import polars as pl
 import pytest
 import yaml
 from chat_server import make_app
-from loopback_servers import free_port, serve
+from loopback_servers import end_process_group, free_port, serve
 from stage1_runs import REPO
 from test_flow_engine import http_config, mascot, stats
 
@@ -62,12 +61,7 @@ def worker(prefect_api, tmp_path):
     try:
         yield process
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        end_process_group(process)
 
 
 def test_a_failed_deployment_run_is_retried_and_repeats_nothing(tmp_path, prefect_api, worker):

@@ -9,7 +9,6 @@ caches conftest.py moves. A documented command that stops working fails here.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from doc_blocks import DOCUMENTS, REPO, shell_blocks
-from loopback_servers import free_port
+from loopback_servers import end_process_group, free_port
 from stage1_runs import write_config
 
 pytestmark = pytest.mark.integration
@@ -57,12 +56,7 @@ def following(document: str, env: dict[str, str], logs: Path) -> Iterator[None]:
     finally:
         for process, _ in background:
             if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
+                end_process_group(process)
         subprocess.run([str(BIN / "mascot"), "server", "stop"], env=env, capture_output=True, timeout=60,
                        check=False)
 

@@ -259,7 +259,8 @@ def test_a_sequences_logits_are_bitwise_the_same_alone_and_packed_with_others(lm
     # Equal texts could hide logits that differ in their last bits, which flip a token once in a long while.
     import torch
 
-    from mascot.llm.batched_decoding import SequenceCache, packed_forward, prompt_pieces
+    from mascot.llm.batched_decoding import packed_forward
+    from mascot.llm.kv_cache import SequenceCache, prompt_pieces
 
     loaded = TransformersBackend(lm_dir, device="cpu").load()
     # Each prompt, and the token it decodes next.
@@ -305,7 +306,7 @@ def test_the_prefix_store_keeps_to_its_capacity_and_evicts_a_prompts_end_first(l
     import torch
     from transformers import AutoConfig
 
-    from mascot.llm.batched_decoding import PREFILL_CHUNK, PrefixStore, SequenceCache
+    from mascot.llm.kv_cache import PREFILL_CHUNK, PrefixStore, SequenceCache
 
     config = AutoConfig.from_pretrained(lm_dir)
     prompt = list(range(4 * PREFILL_CHUNK + 5))
