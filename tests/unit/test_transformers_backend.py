@@ -159,11 +159,13 @@ PROMPTS = [[{"role": "system", "content": ["You are The Anchor.", "You are The C
 @contextlib.contextmanager
 def forward_passes(backend):
     """Each forward pass of the backend's model, as the model sees it: the positions of its input tokens
-    (one per decoding sequence, a prompt's worth for a joining one) and how many sequences it computes logits for."""
+    (one per decoding sequence, chunks of a prompt for a joining one) and how many sequences it holds
+    (the distinct caches its pieces write to: a prompt's chunks share one)."""
     passes = []
     hook = backend.load().model.register_forward_hook(
         lambda module, args, kwargs, output: passes.append(
-            (kwargs["position_ids"][0].tolist(), len(kwargs["logits_to_keep"]))), with_kwargs=True)
+            (kwargs["position_ids"][0].tolist(), len({id(cache) for _, _, cache, _ in kwargs["segments"]}))),
+        with_kwargs=True)
     try:
         yield passes
     finally:
@@ -207,6 +209,18 @@ def test_n_samples_are_one_request_whose_rows_do_not_depend_on_the_batch(lm_dir)
     crowd = [(PROMPTS[i], 1, PARAMS, 300 + i) for i in range(6)]
     together = asyncio.run(all_at_once(batched, crowd[:3] + [(PROMPTS[3], 4, PARAMS, 7)] + crowd[3:]))
     assert together[3] == alone
+
+
+def test_a_sequence_that_ends_leaves_the_batch(lm_dir):
+    backend = TransformersBackend(lm_dir, device="cpu", max_batch=8)
+    long = PARAMS.model_copy(update={"max_new_tokens": 40})
+    seed = next(seed for seed in range(60) if len(generate(backend, 1, long, seed, PROMPTS[0])[0].split()) >= 15)
+    with forward_passes(backend) as passes:
+        asyncio.run(all_at_once(backend, [(PROMPTS[0], 1, long, seed),
+                                          (PROMPTS[1], 1, PARAMS.model_copy(update={"max_new_tokens": 3}), 1)]))
+    sequences = [count for _, count in passes]
+    assert max(sequences) == 2 and len(sequences) > 10
+    assert set(sequences[5:]) == {1}, "the three-token request kept its place after it ended"
 
 
 def test_a_cancelled_request_leaves_the_batch_and_the_rest_are_answered(lm_dir):
