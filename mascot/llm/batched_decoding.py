@@ -74,7 +74,7 @@ def _blocked_linear(layer: Any, inputs: Any) -> Any:
 
 def _per_sequence_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
                             scaling: float | None = None, dropout: float = 0.0, segments: list | None = None,
-                            **kwargs: Any) -> tuple[Any, None]:
+                            sliding_window: int | None = None, **kwargs: Any) -> tuple[Any, None]:
     """Attention for packed sequences: `segments` lists each piece's (start in the packed row, length, cache,
     position of its first token).
 
@@ -86,6 +86,9 @@ def _per_sequence_attention(module: Any, query: Any, key: Any, value: Any, atten
 
     if segments is None:
         raise RuntimeError(f"{ATTENTION} attention runs only inside mascot's batched decoder")
+    if sliding_window is not None:
+        raise NotImplementedError(f"layer {module.layer_idx} uses sliding-window attention, which the in-process "
+                                  "decoder does not implement; serve this model with vLLM (generation.kind: openai)")
     outputs = []
     for start, length, cache, position in segments:
         keys, values = cache.extend(module.layer_idx, position, key.narrow(2, start, length),
