@@ -26,8 +26,11 @@ def fail(message: object, code: int = 2) -> NoReturn:
 
 
 def load(config: Path, *, check_machine: bool = False) -> RunConfig:
+    # Imported here, not at the top: the judges bring polars and jinja2, which `--help` does not need.
+    from mascot.judges.panel import judge_rubric_problem
+
     try:
-        return load_config(config, check_machine=check_machine)
+        return load_config(config, check_machine=check_machine, rubric_problem=judge_rubric_problem)
     except ConfigError as exc:
         fail(f"{config} is not valid\n{exc}")
 

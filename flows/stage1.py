@@ -27,7 +27,7 @@ from flows.naming import flow_run_name
 from mascot import tracking
 from mascot.artifacts import Artifact, RunDir
 from mascot.config import load_config
-from mascot.judges.panel import PanelSpec
+from mascot.judges.panel import PanelSpec, judge_rubric_problem
 from mascot.queries import Queries
 from mascot.roster import load_roster
 from mascot.train.tiny import resolve_tiny_models
@@ -50,7 +50,8 @@ def stage1(config_path: str, run_name: str | None = None, until: Until = "speake
 
     `refresh` recomputes every cached step (LLM requests are still answered by the request cache).
     """
-    config = load_config(config_path)
+    # The judges' check covers Stage 2's judges too: a config whose Stage 2 cannot run stops before Stage 1.
+    config = load_config(config_path, rubric_problem=judge_rubric_problem)
     if run_name:
         config = config.renamed(run_name)
     run = RunDir(config.run_dir)

@@ -1,9 +1,11 @@
 """Loading a config file with the files it points at, and reporting every problem against its line.
 
 A run config names a roster, user profiles, a rubric and corpus files. A missing one is reported
-at the config line that names it; a problem inside one is reported at its own line. Corpora that
-are not downloaded yet say so, with where to get them. Checks of this machine (bf16 needs a CUDA
-GPU) are separate, so a config meant for another machine can still be checked here.
+at the config line that names it; a problem inside one is reported at its own line. So is a file
+that loads but that the run cannot use: a roster with fewer than two enabled personas for Stage 2's
+Director to choose from, user profiles with none for the domain, a rubric a configured judge cannot
+score. Corpora that are not downloaded yet say so, with where to get them. Checks of this machine
+(bf16 needs a CUDA GPU) are separate, so a config meant for another machine can still be checked here.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mascot.config.backends import JudgeConfig
 from mascot.config.data import CorpusConfig
 from mascot.config.run import RunConfig
 from mascot.roster import Roster, UserProfiles, load_roster, load_user_profiles
@@ -27,15 +30,23 @@ CORPUS_HOMES = {
     "qmsum": "https://github.com/Yale-LILY/QMSum (the data/ folder with <Domain>/jsonl/{train,val,test}.jsonl, MIT)",
 }
 
+# Why a judge (its config entry) cannot score a rubric's criteria at a level ("reply" for Stage 1, "block"
+# for Stage 2), or None. Only the judges know, and configs sit below them, so the caller hands it in:
+# mascot.judges.panel.judge_rubric_problem.
+RubricProblem = Callable[[JudgeConfig, Rubric, str], str | None]
 
-def load_config(path: str | Path, *, check_machine: bool = False) -> RunConfig:
+
+def load_config(path: str | Path, *, check_machine: bool = False,
+                rubric_problem: RubricProblem | None = None) -> RunConfig:
     """Validate a run config and the files it points at; raise ConfigError listing every problem.
 
-    With `check_machine`, also check that this machine can run it (a CUDA GPU where bf16 is on).
+    With `check_machine`, also check that this machine can run it (a CUDA GPU where bf16 is on). With
+    `rubric_problem`, also check that every judge can score its stage's rubric (the CLI and the Stage 1
+    flow pass `mascot.judges.panel.judge_rubric_problem`, so Stage 2's judges are checked before Stage 1 runs).
     """
     document = YamlDocument.read(path)
     config = validate_document(document, RunConfig, context={"base_dir": Path(path).resolve().parent})
-    problems = file_problems(document, config)
+    problems = file_problems(document, config, rubric_problem)
     if check_machine:
         problems += machine_problems(document, config)
     if problems:
@@ -43,7 +54,8 @@ def load_config(path: str | Path, *, check_machine: bool = False) -> RunConfig:
     return config
 
 
-def load_any(path: str | Path, *, check_machine: bool = False) -> RunConfig | Roster | Rubric | UserProfiles:
+def load_any(path: str | Path, *, check_machine: bool = False, rubric_problem: RubricProblem | None = None,
+             ) -> RunConfig | Roster | Rubric | UserProfiles:
     """Validate a run config, roster, rubric or user-profile file, telling which by its top-level keys."""
     data = YamlDocument.read(path).data
     keys = set(data) if isinstance(data, dict) else set()
@@ -53,20 +65,32 @@ def load_any(path: str | Path, *, check_machine: bool = False) -> RunConfig | Ro
         return load_rubric(path)
     if "profiles" in keys:
         return load_user_profiles(path)
-    return load_config(path, check_machine=check_machine)
+    return load_config(path, check_machine=check_machine, rubric_problem=rubric_problem)
 
 
-def file_problems(document: YamlDocument, config: RunConfig) -> list[Problem]:
+def file_problems(document: YamlDocument, config: RunConfig, rubric_problem: RubricProblem | None = None,
+                  ) -> list[Problem]:
     problems: list[Problem] = []
+    domain = config.data.domain
     roster = _load(problems, document, ("data", "roster"), config.data.roster, load_roster)
-    if roster is not None and roster.domain != config.data.domain:
+    if roster is not None and roster.domain != domain:
         problems.append(document.problem(("data", "roster"), f"roster {config.data.roster} is for '{roster.domain}', "
-                                         f"but data.domain is '{config.data.domain}'"))
+                                         f"but data.domain is '{domain}'"))
+    if roster is not None and config.stage2 is not None and len(roster.active) < 2:
+        problems.append(document.problem(("data", "roster"), (
+            f"roster {config.data.roster} has {len(roster.active)} enabled persona(s) "
+            f"({', '.join(p.id for p in roster.active)}), but Stage 2's Director chooses the next speaker among "
+            "them, so it needs at least two; enable another persona, or remove the 'stage2' section")))
     if config.data.users is not None:
-        _load(problems, document, ("data", "users"), config.data.users, load_user_profiles)
-    problems += _rubric_problems(document, config, "stage1", config.stage1)
+        users = _load(problems, document, ("data", "users"), config.data.users, load_user_profiles)
+        if users is not None and not any(domain in p.domains for p in users.profiles):
+            problems.append(document.problem(("data", "users"), (
+                f"user profiles {config.data.users} have none for domain '{domain}' (data.domain), so none would be "
+                f"used and Stage 2's simulated user would have no profile; add a profile whose domains include "
+                f"'{domain}', or remove data.users")))
+    problems += _rubric_problems(document, config, "stage1", config.stage1, rubric_problem)
     if config.stage2 is not None:
-        problems += _rubric_problems(document, config, "stage2", config.stage2)
+        problems += _rubric_problems(document, config, "stage2", config.stage2, rubric_problem)
     for loc, corpus in [(("data", "corpus"), config.data.corpus),
                         *((("data", "held_out", i), c) for i, c in enumerate(config.data.held_out))]:
         problem = _corpus_problem(document, (*loc, "path"), corpus)
@@ -75,10 +99,17 @@ def file_problems(document: YamlDocument, config: RunConfig) -> list[Problem]:
     return problems
 
 
-def _rubric_problems(document: YamlDocument, config: RunConfig, stage: str, section) -> list[Problem]:
-    """The stage's rubric loads, fits the domain, and leaves room for its margin."""
+def _rubric_problems(document: YamlDocument, config: RunConfig, stage: str, section,
+                     rubric_problem: RubricProblem | None) -> list[Problem]:
+    """The stage's rubric loads, fits the domain, leaves room for its margin, and every judge can score it."""
     problems: list[Problem] = []
     rubric = _load(problems, document, (stage, "rubric"), section.rubric, load_rubric)
+    if rubric is not None and rubric_problem is not None:
+        level = "reply" if stage == "stage1" else "block"  # Stage 1 judges one reply, Stage 2 a block of turns
+        for index, judge in enumerate(section.judges):
+            if (why := rubric_problem(judge, rubric, level)) is not None:
+                problems.append(document.problem((stage, "rubric"), f"judge '{judge.label}' ({stage}.judges[{index}]) "
+                                                 f"cannot score rubric {section.rubric}: {why}"))
     if rubric is not None and rubric.domain != config.data.domain:
         problems.append(document.problem((stage, "rubric"), f"rubric {section.rubric} is for "
                                          f"'{rubric.domain}', but data.domain is '{config.data.domain}'"))

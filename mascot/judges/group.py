@@ -155,12 +155,20 @@ class GroupHeuristicJudge:
     kind = "heuristic"
 
     def __init__(self, rubric: Rubric, name: str = "heuristic", settings: HeuristicSettings | None = None):
-        unsupported = [c for c in rubric.criterion_ids if c not in GROUP_FORMULAS]
-        if unsupported:
-            raise ValueError(f"the group heuristic judge has no formula for criteria {unsupported} of rubric "
-                             f"'{rubric.name}'; it can score: {', '.join(GROUP_FORMULAS)}")
+        if (problem := self.rubric_problem(rubric)) is not None:
+            raise ValueError(problem)
         self.rubric, self.name = rubric, name
         self.settings = settings or HeuristicSettings()
+
+    @staticmethod
+    def rubric_problem(rubric: Rubric) -> str | None:
+        """Why this judge cannot score the rubric (criteria it has no formula for, such as a persona-level
+        rubric's), or None. `mascot config validate` asks this, so a config is refused before Stage 1 runs."""
+        unsupported = [c for c in rubric.criterion_ids if c not in GROUP_FORMULAS]
+        if not unsupported:
+            return None
+        return (f"the group heuristic judge has no formula for criteria {unsupported} of rubric "
+                f"'{rubric.name}'; it can score: {', '.join(GROUP_FORMULAS)}")
 
     def score(self, item: BlockItem) -> tuple[dict[str, float], BlockFeatures]:
         features = block_features(item, self.settings)

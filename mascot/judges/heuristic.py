@@ -335,15 +335,21 @@ class HeuristicJudge:
     kind = "heuristic"
 
     def __init__(self, rubric: Rubric, name: str = "heuristic", settings: HeuristicSettings | None = None):
-        unsupported = [c for c in rubric.criterion_ids if c not in FORMULAS]
-        if unsupported:
-            raise ValueError(
-                f"the heuristic judge has no feature formula for criteria {unsupported} of rubric "
-                f"'{rubric.name}'; it can score: {', '.join(sorted(FORMULAS))}"
-            )
+        if (problem := self.rubric_problem(rubric)) is not None:
+            raise ValueError(problem)
         self.rubric = rubric
         self.name = name
         self.settings = settings or HeuristicSettings()
+
+    @staticmethod
+    def rubric_problem(rubric: Rubric) -> str | None:
+        """Why this judge cannot score the rubric (criteria it has no formula for), or None.
+        `mascot config validate` asks this, so a config is refused before anything runs."""
+        unsupported = [c for c in rubric.criterion_ids if c not in FORMULAS]
+        if not unsupported:
+            return None
+        return (f"the heuristic judge has no feature formula for criteria {unsupported} of rubric "
+                f"'{rubric.name}'; it can score: {', '.join(sorted(FORMULAS))}")
 
     def __repr__(self) -> str:
         return f"HeuristicJudge(name={self.name!r}, rubric={self.rubric.name!r})"

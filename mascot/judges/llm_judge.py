@@ -141,6 +141,12 @@ class LLMJudge:
         # What is judged decides the prompt: one reply (Stage 1) or a block of a group's turns (Stage 2).
         self.messages = messages or judge_messages
 
+    @staticmethod
+    def rubric_problem(rubric: Rubric) -> str | None:
+        """None: the prompt and the reply's schema are built from the rubric's own criteria, so an LLM
+        judge can score any rubric (whether it suits what is judged is the config's choice)."""
+        return None
+
     def __repr__(self) -> str:
         return f"LLMJudge(name={self.name!r}, backend={self.backend!r}, max_attempts={self.max_attempts})"
 

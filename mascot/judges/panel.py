@@ -114,6 +114,15 @@ def make_judge(config: JudgeConfig, rubric: Rubric, *, cache: RequestCache | Non
                     params=config.backend.params, messages=judge_messages if level == "reply" else group_judge_messages)
 
 
+def judge_rubric_problem(config: JudgeConfig, rubric: Rubric, level: Level) -> str | None:
+    """Why the judge a config entry describes cannot score the rubric's criteria, or None. Each kind of
+    judge answers for itself; `load_config(..., rubric_problem=judge_rubric_problem)` reports the answer
+    at the config line that names the rubric, before anything runs."""
+    if config.kind == "llm":
+        return LLMJudge.rubric_problem(rubric)
+    return (HeuristicJudge if level == "reply" else GroupHeuristicJudge).rubric_problem(rubric)
+
+
 def make_panel(spec: PanelSpec, *, cache: RequestCache | None = None, aggregation: Aggregation = "mean") -> JudgePanel:
     return JudgePanel([make_judge(c, spec.rubric, cache=cache, level=spec.level) for c in spec.judges], aggregation)
 

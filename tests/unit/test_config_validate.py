@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from mascot.config import load_config
+from mascot.yamlio import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"
@@ -184,6 +185,14 @@ BROKEN_CONFIGS = [
     ("users-file-missing", "tiny.yaml", ("data.users", "users/nope.yaml"), ["data.users", "no such file", "nope.yaml"]),
     ("rubric-file-missing", "tiny.yaml", ("stage1.rubric", "rubrics/nope.yaml"),
      ["stage1.rubric", "no such file", "nope.yaml"]),
+    # Files that load but that the run cannot use: reported at the config line that names them
+    ("persona-rubric-for-the-group-judge", "tiny.yaml", ("stage2.rubric", "rubrics/emotional_support.yaml"),
+     ["stage2.rubric", "judge 'heuristic' (stage2.judges[0]) cannot score rubric", "rubrics/emotional_support.yaml",
+      "group heuristic judge has no formula for criteria ['emotional_expressiveness'",
+      "it can score: persona_fidelity, originality"]),
+    ("group-rubric-for-the-reply-judge", "tiny.yaml", ("stage1.rubric", "rubrics/group_emotional_support.yaml"),
+     ["stage1.rubric", "judge 'heuristic' (stage1.judges[0]) cannot score rubric", "group_emotional_support.yaml",
+      "no feature formula for criteria ['persona_fidelity'"]),
 ]
 
 BROKEN_TEXT = [
@@ -233,9 +242,10 @@ BROKEN_RUBRICS = [
 SECRETS = (KEY, "hunter2pass", "api_key=xyz", "aB3dE6gH9jK2mN5pQ8sT1vW4", "e3b0c44298fc1c149afbf4c8996fb924")
 
 
-def _check(path: Path, fragments: list[str], *args: str) -> None:
+def _check(path: Path, fragments: list[str], *args: str) -> str:
     """`config validate` exits 2, every problem is one `file:line: yaml.path: message` line (the first
-    fragment is the YAML path where one is expected), and no traceback, dict dump or secret is shown."""
+    fragment is the YAML path where one is expected), and no traceback, dict dump or secret is shown.
+    Returns the output."""
     result = runner.invoke(app, ["config", "validate", str(path), *args])
     assert result.exit_code == 2, result.output
     for fragment in fragments:
@@ -244,6 +254,7 @@ def _check(path: Path, fragments: list[str], *args: str) -> None:
     assert problems and all(re.match(r"  \S+\.yaml(:\d+)?: (\S+|<top level>): ", line) for line in problems), result.output
     assert "Traceback" not in result.output and "{'" not in result.output and "':" not in result.output
     assert not any(secret in result.output for secret in SECRETS), result.output
+    return result.output
 
 
 def _located(output: str, file: str, yaml_path: str) -> bool:
@@ -410,3 +421,61 @@ def test_the_paper_profiles_of_both_domains_validate_but_for_their_corpora(workd
         result = runner.invoke(app, ["config", "validate", str(workdir / profile), "--no-machine-checks"])
         problems = result.output.splitlines()[1:]
         assert problems and all(f"the {corpus} corpus is not downloaded" in line for line in problems), result.output
+
+
+def _one_persona_roster(workdir: Path) -> str:
+    roster = _yaml(workdir / "rosters" / "emotional_support.yaml")
+    for persona in roster["personas"][1:]:
+        persona["enabled"] = False
+    return _write(workdir, "one-persona.yaml", roster).name
+
+
+def _meetings_users(workdir: Path) -> str:
+    users = _yaml(workdir / "users" / "big_five.yaml")
+    users["profiles"] = [p for p in users["profiles"] if p["domains"] == ["meetings"]]
+    return _write(workdir, "meetings-users.yaml", users).name
+
+
+def test_stage2_needs_two_enabled_personas_for_the_director_to_choose_from(workdir):
+    data = _set(_yaml(workdir / "tiny.yaml"), "data.roster", _one_persona_roster(workdir))
+    path = _write(workdir, "one-persona-run.yaml", data)
+    output = _check(path, ["data.roster", "one-persona.yaml has 1 enabled persona(s) (anchor)",
+                           "Stage 2's Director chooses the next speaker", "needs at least two"])
+    assert _located(output, path.name, "data.roster"), output
+    for key in ("group_rm", "director", "director_dpo", "director_eval"):  # Stage 1 alone needs one persona only
+        del data["train"][key]
+    del data["stage2"]
+    assert runner.invoke(app, ["config", "validate", str(_write(workdir, "one-persona-stage1.yaml", data))]).exit_code == 0
+
+
+def test_user_profiles_need_one_for_the_domain(workdir):
+    path = _write(workdir, "meetings-users-run.yaml",
+                  _set(_yaml(workdir / "tiny.yaml"), "data.users", _meetings_users(workdir)))
+    output = _check(path, ["data.users", "meetings-users.yaml have none for domain 'emotional_support' (data.domain)",
+                           "add a profile whose domains include 'emotional_support'"])
+    assert _located(output, path.name, "data.users"), output
+
+
+def test_every_file_the_run_cannot_use_is_listed_at_its_own_line(workdir):
+    data = _set(_yaml(workdir / "tiny.yaml"), "data.roster", _one_persona_roster(workdir))
+    data = _set(_set(data, "data.users", _meetings_users(workdir)), "stage2.rubric", "rubrics/emotional_support.yaml")
+    path = _write(workdir, "three-problems.yaml", data)
+    output = _check(path, ["3 problem(s)", "enabled persona(s)", "have none for domain", "cannot score rubric"])
+    rows = path.read_text().splitlines()
+    stage2 = rows.index("stage2:")
+    for yaml_path, key, start in (("data.roster", "roster:", 0), ("data.users", "users:", 0),
+                                  ("stage2.rubric", "rubric:", stage2)):
+        line = next(i for i, row in enumerate(rows, 1) if i > start and row.strip().startswith(key))
+        assert f"three-problems.yaml:{line}: {yaml_path}: " in output, output
+
+
+def test_a_config_whose_stage2_cannot_run_is_refused_before_stage1_runs(workdir):
+    path = _write(workdir, "persona-rubric.yaml", _set(_yaml(workdir / "tiny.yaml"), "stage2.rubric",
+                                                       "rubrics/emotional_support.yaml"))
+    result = runner.invoke(app, ["run", "stage1", "--config", str(path), "--until", "pairs"])
+    assert result.exit_code == 2 and "stage2.rubric: judge 'heuristic'" in result.output, result.output
+    from flows.stage1 import stage1  # a deployment runs the flow without the CLI: it checks the same
+
+    with pytest.raises(ConfigError, match=r"stage2\.rubric: judge 'heuristic'"):
+        stage1.fn(str(path), until="pairs")
+    assert not (workdir.parent / "runs").exists()

@@ -8,7 +8,7 @@ from test_cli import REPO
 
 from mascot.data.context import Context, Message
 from mascot.dialogue.turns import Turn, opening_turns
-from mascot.judges.group import BlockItem, GroupHeuristicJudge, group_judge_messages
+from mascot.judges.group import BlockItem, GroupHeuristicJudge, block_features, group_judge_messages
 from mascot.roster import load_roster
 from mascot.rubrics import load_rubric
 
@@ -49,6 +49,29 @@ def test_three_near_identical_replies_score_below_three_distinct_on_persona_repl
     assert repeated["overall"] < distinct["overall"]
     assert repeated["originality"] < distinct["originality"]
     assert repeated["engagement"] < distinct["engagement"]
+
+
+def test_redundancy_is_scored_apart_from_who_speaks():
+    # The same three speakers in the same order; only how much the turns repeat each other differs.
+    speakers = [turn.speaker for turn in DISTINCT]
+    near_identical = [Turn(speaker, turn.text) for speaker, turn in zip(speakers, NEAR_IDENTICAL, strict=True)]
+    distinct, repeated = score(DISTINCT), score(near_identical)
+    assert repeated["originality"] < distinct["originality"] - 2  # originality reads the words, not the speakers
+    distinct_f, repeated_f = block_features(block_item(DISTINCT)), block_features(block_item(near_identical))
+    assert repeated_f.redundancy > distinct_f.redundancy
+    assert repeated_f.speaker_diversity == distinct_f.speaker_diversity == 1.0
+
+
+def test_speaker_diversity_is_scored_apart_from_redundancy():
+    # The same three distinct turns; only who says them differs: three personas, or The Anchor alone.
+    one_voice = [Turn("anchor", turn.text) for turn in DISTINCT]
+    three, one = score(DISTINCT), score(one_voice)
+    three_f, one_f = block_features(block_item(DISTINCT)), block_features(block_item(one_voice))
+    assert one_f.redundancy == three_f.redundancy and one["originality"] == three["originality"]
+    assert one_f.speaker_diversity == 1 / 3 and three_f.speaker_diversity == 1.0
+    # Engagement weighs speaker diversity with what each turn contributes; the diversity half alone is worth
+    # a third of the scale here, so a single voice scores lower.
+    assert one["engagement"] < three["engagement"]
 
 
 def test_repeating_what_was_said_before_the_block_costs_consistency():
