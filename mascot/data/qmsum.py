@@ -34,6 +34,12 @@ is the first 12 hex digits of the SHA-256 of its transcript: the same meeting ge
 whether read from `ALL` or a domain folder. Context id: `qmsum:<split>:<meeting id>#w<k>`.
 Metadata: the turn range (inclusive), the topics and specific queries whose spans overlap the
 window (spans clipped to it), and the meeting's general queries.
+
+Query
+-----
+A window is "about" one query, which every role's prompt shows (Speaker, Director, simulated user,
+judges): `meeting_query` picks it from the metadata. Answers never reach a prompt; they are the
+corpus's reference summaries.
 """
 
 from __future__ import annotations
@@ -201,6 +207,25 @@ def contexts_from_meetings(
     if skipped_windows:
         logger.warning("%s: skipped %d window(s) whose turns are all empty", source_name, skipped_windows)
     return contexts
+
+
+def meeting_query(context: Context) -> str | None:
+    """The query a context is about, or None when it has none (every non-QMSum context).
+
+    Of the specific queries overlapping the window, the one whose relevant spans cover the most of
+    its turns: the window holds most of the discussion that query asks about. A tie goes to the
+    query listed first in the release, so the choice is the same on every load. A window that no
+    specific query overlaps gets the meeting's first general query ("summarise the meeting"), which
+    is about every window. Reads only the metadata the loader writes, so contexts read back from
+    contexts.parquet get the same query.
+    """
+    specific = context.metadata.get("specific_queries") or []
+    if specific:
+        # max() keeps the first of equal keys: the release's order breaks ties.
+        best = max(specific, key=lambda q: len({t for s, e in q["spans"] for t in range(s, e + 1)}))
+        return best["query"]
+    general = context.metadata.get("general_queries") or []
+    return general[0]["query"] if general else None
 
 
 def _short_name(source_name: object) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from mascot.config import SamplingParams
-from mascot.dialogue.turns import MAX_INSTRUCTION_CHARS, Directive, Turn
+from mascot.dialogue.turns import MAX_INSTRUCTION_CHARS, Directive, Turn, opening_query
 from mascot.llm import LLMBackend
 from mascot.llm.structured import ReplyError, extract_json_object
 from mascot.prompts import render
@@ -38,8 +38,10 @@ def active_personas(roster: Roster) -> list[Persona]:
 
 
 def director_messages(roster: Roster, turns: list[Turn]) -> list[dict[str, str]]:
-    """The Director's prompt: the roster, then the conversation so far with who spoke at each turn."""
-    return [{"role": "user", "content": render("director.j2", personas=active_personas(roster), turns=turns)}]
+    """The Director's prompt: the roster, the query the opening turns carry (if any), then the
+    conversation so far with who spoke at each turn."""
+    content = render("director.j2", personas=active_personas(roster), turns=turns, query=opening_query(turns))
+    return [{"role": "user", "content": content}]
 
 
 def directive_response_format(roster: Roster) -> dict:

@@ -20,6 +20,7 @@ from typing import Any
 
 from mascot.config import SamplingParams
 from mascot.data.context import Context
+from mascot.data.qmsum import meeting_query
 from mascot.dialogue.directives import DirectorReply, direct
 from mascot.dialogue.turns import USER, Directive, Turn
 from mascot.llm import LLMBackend
@@ -96,9 +97,11 @@ def describe_big_five(traits: BigFive) -> str:
 
 def user_messages(profile: UserProfile | None, roster: Roster, context: Context,
                   turns: list[Turn]) -> list[dict[str, str]]:
-    """The simulated user's prompt: its character, then the conversation from its side."""
+    """The simulated user's prompt: its character (in a meeting, the one who asked the context's
+    query), then the conversation from its side."""
     traits = describe_big_five(profile.big_five) if profile and profile.big_five else None
-    messages = [{"role": "system", "content": render("user.j2", profile=profile, traits=traits, domain=context.domain)}]
+    system = render("user.j2", profile=profile, traits=traits, domain=context.domain, query=meeting_query(context))
+    messages = [{"role": "system", "content": system}]
     for turn in turns:
         if turn.speaker == USER:
             messages.append({"role": "assistant", "content": turn.text})

@@ -21,6 +21,7 @@ from itertools import combinations
 from statistics import fmean
 
 from mascot.data.context import Context, Message
+from mascot.data.qmsum import meeting_query
 from mascot.dialogue.turns import USER, Turn
 from mascot.judges.base import JudgeItem, Judgment
 from mascot.judges.heuristic import (
@@ -57,9 +58,11 @@ def _turn_lines(turns: list[Turn], roster: Roster) -> list[dict[str, str]]:
 
 
 def group_judge_messages(rubric: Rubric, item: BlockItem) -> list[dict[str, str]]:
-    """The group judge's request: instructions and collective rubric (system), then the delimited data."""
-    system = render("judge_group.j2", section="system", rubric=rubric, domain=item.context.domain)
-    user = render("judge_group.j2", section="user", personas=item.roster.active,
+    """The group judge's request: instructions and collective rubric (system), then the delimited data,
+    with the context's query when it has one."""
+    query = meeting_query(item.context)
+    system = render("judge_group.j2", section="system", rubric=rubric, domain=item.context.domain, query=query)
+    user = render("judge_group.j2", section="user", personas=item.roster.active, query=query and escape_data(query),
                   context=_turn_lines(item.state, item.roster), block=_turn_lines(item.block, item.roster))
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 

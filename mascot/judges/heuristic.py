@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 
+from mascot.data.qmsum import meeting_query
 from mascot.judges.base import JudgeItem, Judgment
 from mascot.rubrics import Rubric
 
@@ -118,6 +119,8 @@ class ReplyFeatures:
     warmth_hits: list[str] = field(default_factory=list)
     tone_fit: float = 1.0
     shared_last: list[str] = field(default_factory=list)
+    meeting_query: str | None = None  # the context's query (`mascot.data.qmsum.meeting_query`), if any
+    shared_query: list[str] = field(default_factory=list)
     shared_history: list[str] = field(default_factory=list)
     relevance: float = 0.0
     grounded_share: float = 0.0
@@ -148,8 +151,10 @@ def _clip(value: float) -> float:
     return min(1.0, max(0.0, value))
 
 
-# criterion id -> quality formula over the features and the settings. Meetings reuse the
-# persona-level formulas under their own ids where the criterion means the same thing.
+# criterion id -> quality formula over the features and the settings. Both domains score the
+# headline criteria (persona_consistency, social_contribution) with the same formulas. Meetings'
+# role_adherence and contribution reuse them: no surface feature tells doing the job from staying
+# in character, or an item for the record from a move in the conversation (docs/judges.md).
 def persona_fit(f: ReplyFeatures, s: HeuristicSettings) -> float:
     lexicon = min(1.0, len(f.lexicon_hits) / s.lexicon_saturation)
     return f.hygiene * (0.5 * lexicon + 0.25 * f.question_fit + 0.25 * f.compliance)
@@ -287,8 +292,13 @@ def extract_features(item: JudgeItem, settings: HeuristicSettings = HeuristicSet
     context_stems = content_stems(context_tokens)
     f.shared_last = sorted(mine & content_stems(words(last_user)))
     f.shared_history = sorted(mine & context_stems)
-    f.relevance = 0.7 * min(1.0, len(f.shared_last) / s.overlap_saturation) + 0.3 * min(
-        1.0, len(f.shared_history) / s.history_saturation)
+    last_fit = min(1.0, len(f.shared_last) / s.overlap_saturation)
+    f.meeting_query = meeting_query(item.context)
+    if f.meeting_query:
+        # A meeting's reply answers both the participants' query and the point just made.
+        f.shared_query = sorted(mine & content_stems(words(f.meeting_query)))
+        last_fit = (last_fit + min(1.0, len(f.shared_query) / s.overlap_saturation)) / 2
+    f.relevance = 0.7 * last_fit + 0.3 * min(1.0, len(f.shared_history) / s.history_saturation)
     f.grounded_share = len(f.shared_history) / len(mine) if mine else 0.0
     context_grams = set(trigrams(context_tokens))
     f.novelty = 1.0 - sum(g in context_grams for g in grams) / len(grams) if grams else 1.0
@@ -392,6 +402,8 @@ class HeuristicJudge:
         notes.append(f"persona words: {', '.join(f.lexicon_hits) or 'none'}")
         notes.append(f"warmth phrases: {', '.join(f.warmth_hits) or 'none'}")
         notes.append(f"content words shared with the last user turn: {', '.join(f.shared_last[:6]) or 'none'}")
+        if f.meeting_query:
+            notes.append(f"content words shared with the query: {', '.join(f.shared_query[:6]) or 'none'}")
         notes.append(f"VADER compound {f.compound:+.2f}")
         return (f"Heuristic judge (not an LLM). Strongest: {names[best]} {scores[best]:.2f}; weakest: "
                 f"{names[worst]} {scores[worst]:.2f}. " + "; ".join(notes) + ".")

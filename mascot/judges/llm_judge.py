@@ -19,6 +19,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from mascot.config import SamplingParams
 from mascot.data.context import Context
+from mascot.data.qmsum import meeting_query
 from mascot.judges.base import JudgeItem, Judgment
 from mascot.llm import LLMBackend
 from mascot.llm.structured import ReplyError, extract_json_object
@@ -26,7 +27,7 @@ from mascot.prompts import render
 from mascot.rubrics import Rubric
 
 # Our delimiter tags; the same text inside data would let a context close its own block.
-DELIMITER_TAG = re.compile(r"<(/?\s*(?:persona|personas|context|candidate|block)\b)", re.IGNORECASE)
+DELIMITER_TAG = re.compile(r"<(/?\s*(?:persona|personas|query|context|candidate|block)\b)", re.IGNORECASE)
 EMPTY_REPLY = "(empty reply)"
 
 
@@ -40,11 +41,14 @@ def escape_data(text: str) -> str:
 
 
 def judge_messages(rubric: Rubric, item: JudgeItem) -> list[dict[str, str]]:
-    """The first request: instructions and rubric (system), then the delimited data (user)."""
-    system = render("judge.j2", section="system", rubric=rubric, domain=item.context.domain)
+    """The first request: instructions and rubric (system), then the delimited data (user): the
+    persona, the context's query when it has one (what relevance is judged against), the
+    conversation and the candidate."""
+    query = meeting_query(item.context)
+    system = render("judge.j2", section="system", rubric=rubric, domain=item.context.domain, query=query)
     user = render(
-        "judge.j2", section="user", persona=item.persona, turns=_context_turns(item.context),
-        candidate=escape_data(item.candidate.strip()) or EMPTY_REPLY,
+        "judge.j2", section="user", persona=item.persona, query=query and escape_data(query),
+        turns=_context_turns(item.context), candidate=escape_data(item.candidate.strip()) or EMPTY_REPLY,
     )
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import jinja2
 
 from mascot.data.context import Context
+from mascot.data.qmsum import meeting_query
 from mascot.roster import Persona
 
 TEMPLATES_DIR = Path(__file__).parent
@@ -32,8 +33,10 @@ def render(template: str, **variables) -> str:
 
 def speaker_messages(persona: Persona, context: Context, directive: object | None = None) -> list[dict]:
     """Chat messages asking `persona` for its next turn in `context`, following the Director's
-    `directive` (its `instruction` and `tone`) when there is one."""
-    system = render("speaker.j2", persona=persona, domain=context.domain, directive=directive)
+    `directive` (its `instruction` and `tone`) when there is one, and helping answer the context's
+    query (`meeting_query`) when it has one."""
+    system = render("speaker.j2", persona=persona, domain=context.domain, directive=directive,
+                    query=meeting_query(context))
     history = [
         {"role": m.role, "content": f"{m.name}: {m.content}" if context.domain == "meetings" and m.name else m.content}
         for m in context.history

@@ -210,7 +210,7 @@ BROKEN_ROSTERS = [
     ("empty-must-not", ("personas.0.must_not", []), ["personas[0].must_not", "at least 1 item"]),
     ("id-not-slug", ("personas.2.id", "The Beacon"), ["personas[2].id", "should match pattern", "got 'The Beacon'"]),
     ("blank-name", ("personas.0.name", "   "), ["personas[0].name", "at least 1 character"]),
-    ("none-enabled", ("personas", [{**_yaml(ROSTER)["personas"][3], "enabled": False}]),
+    ("none-enabled", ("personas", [{**_yaml(ROSTER)["personas"][0], "enabled": False}]),
      ["personas", "at least one persona must be enabled"]),
     ("unknown-domain", ("domain", "therapy"), ["domain", "'emotional_support' or 'meetings'", "got 'therapy'"]),
     ("typo-in-persona", ("personas.0.descripton", "x"), ["personas[0].descripton", "did you mean 'description'"]),

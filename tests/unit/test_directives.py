@@ -70,9 +70,11 @@ def test_a_disabled_persona_is_not_a_valid_speaker():
 
 def test_the_prompt_shows_the_roster_and_who_spoke_when():
     prompt = director_messages(ROSTER, TURNS)[0]["content"]
-    assert all(persona.id in prompt for persona in ROSTER.personas if persona.enabled)
-    assert "action_guide" not in prompt, "a disabled persona is not offered"
+    assert all(persona.id in prompt for persona in ROSTER.personas)
     assert "[2] anchor: That sounds really heavy." in prompt and "[4] catalyst:" in prompt
+    without_beacon = ROSTER.model_copy(update={"personas": [p.model_copy(update={"enabled": p.id != "beacon"})
+                                                            for p in ROSTER.personas]})
+    assert "beacon" not in director_messages(without_beacon, TURNS)[0]["content"].lower(), "a disabled one is not offered"
 
 
 def test_the_least_recent_speaker_is_one_that_never_spoke_then_the_earliest():

@@ -174,3 +174,50 @@ def test_meetings_invented_numbers_lower_faithfulness():
     assert grounded.overall > invented.overall
     features = extract_features(JudgeItem("q", 0, meeting, scribe, "We bought 17 servers for 40000 dollars."))
     assert features.unsupported_numbers == ["17", "40000"]
+
+
+MEETING_WITH_QUERY = Context(
+    id="m2", domain="meetings", source="test", split="train",
+    history=[
+        Message(role="user", name="Marketing", content="The survey says riders want the light to last a whole week."),
+        Message(role="user", name="Industrial Designer", content="A bigger battery makes the case heavier."),
+        Message(role="user", name="Project Manager", content="Let's move on to the colour options."),
+    ],
+    metadata={"specific_queries": [{"query": "What did the survey say about battery life?", "answer": "-",
+                                    "spans": [[0, 1]]}], "general_queries": []},
+)
+
+
+def test_the_meetings_rubric_is_scored_on_every_criterion_headline_ones_included():
+    rubric = load_rubric(ROOT / "configs" / "rubrics" / "meetings.yaml")
+    roster = load_roster(ROOT / "configs" / "rosters" / "meetings.yaml")
+    judge = HeuristicJudge(rubric)
+    scribe = roster.get("minutes_scribe")
+    on_role = judged(judge, scribe, "Summary: Marketing said the survey shows riders want the light to last a "
+                                    "week; the Industrial Designer noted a bigger battery adds weight.",
+                     context=MEETING_WITH_QUERY)
+    assert set(on_role.scores) == set(rubric.criterion_ids) >= {"persona_consistency", "social_contribution"}
+    # Neither headline criterion is a constant: each follows the features its definition names.
+    off_role = judged(judge, scribe, "I think you should definitely pick red, in my opinion it looks great.",
+                      context=MEETING_WITH_QUERY)
+    assert on_role.scores["persona_consistency"] > off_role.scores["persona_consistency"] + 1.0
+    echo = judged(judge, scribe, "Let's move on to the colour options.", context=MEETING_WITH_QUERY)
+    assert on_role.scores["social_contribution"] > echo.scores["social_contribution"] + 1.0
+
+
+def test_query_relevance_counts_the_words_of_the_meeting_query():
+    judge = HeuristicJudge(load_rubric(ROOT / "configs" / "rubrics" / "meetings.yaml"))
+    scribe = load_roster(ROOT / "configs" / "rosters" / "meetings.yaml").get("minutes_scribe")
+    # Both replies take up the last turn (colour options); one also answers the query (survey, battery life).
+    answers = "On the survey: riders want battery life of a week. Next up are the colour options."
+    ignores = "Next up are the colour options, so the group will move on to choosing colours now."
+    features = extract_features(JudgeItem("q", 0, MEETING_WITH_QUERY, scribe, answers))
+    assert features.meeting_query == "What did the survey say about battery life?"
+    assert {"survey", "batteri", "life"} <= set(features.shared_query)
+    assert (judged(judge, scribe, answers, context=MEETING_WITH_QUERY).scores["query_relevance"]
+            > judged(judge, scribe, ignores, context=MEETING_WITH_QUERY).scores["query_relevance"])
+    assert "shared with the query" in judged(judge, scribe, answers, context=MEETING_WITH_QUERY).feedback
+    # Without a query, relevance is the last turn and the conversation, as in emotional support.
+    no_query = MEETING_WITH_QUERY.model_copy(update={"metadata": {}})
+    plain = extract_features(JudgeItem("q", 0, no_query, scribe, answers))
+    assert plain.meeting_query is None and plain.shared_query == []

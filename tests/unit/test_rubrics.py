@@ -23,10 +23,13 @@ EXPECTED = {
     "meetings": {
         "faithfulness": None,
         "role_adherence": None,
+        "persona_consistency": "Persona Consistency",
         "query_relevance": None,
         "contribution": None,
+        "social_contribution": "Social Contribution",
     },
 }
+HEADLINE = ["persona_consistency", "social_contribution"]  # the paper's two headline criteria
 
 
 @pytest.mark.parametrize("domain", sorted(EXPECTED))
@@ -38,6 +41,15 @@ def test_shipped_rubric_has_the_expected_criteria(domain):
     for criterion in rubric.criteria:
         if EXPECTED[domain][criterion.id] is not None:
             assert criterion.name == EXPECTED[domain][criterion.id]
+
+
+def test_both_domains_report_the_headline_criteria_under_the_same_ids_and_names():
+    rubrics = [load_rubric(RUBRICS / f"{domain}.yaml") for domain in sorted(EXPECTED)]
+    names = [{c.id: c.name for c in rubric.criteria if c.id in HEADLINE} for rubric in rubrics]
+    assert names[0] == names[1] and sorted(names[0]) == HEADLINE
+    # Each domain defines them for its own setting: the meetings text is not the emotional-support text.
+    descriptions = [{c.id: c.description for c in rubric.criteria if c.id in HEADLINE} for rubric in rubrics]
+    assert all(descriptions[0][cid] != descriptions[1][cid] for cid in HEADLINE)
 
 
 @pytest.mark.parametrize("domain", sorted(EXPECTED))
