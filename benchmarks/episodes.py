@@ -65,23 +65,24 @@ def main() -> None:
     from mascot.config import BackendConfig, DataConfig, EpisodeConfig
     from mascot.data.contexts import write_contexts
     from mascot.roster import load_roster, load_user_profiles
-    from mascot.stage2.branching import CastSpec, Contexts, generate_shard
+    from mascot.stage2.branching import CastSpec, Setting, generate_shard
 
     work = Path(tempfile.mkdtemp(prefix="mascot-episodes-"))
     data = DataConfig.model_validate({
         "domain": "emotional_support", "roster": REPO / "configs" / "rosters" / "emotional_support.yaml",
         "corpus": {"source": "empathetic_dialogues", "path": "samples:empathetic_dialogues", "limit": args.contexts}})
     contexts = write_contexts(data, 0, work / "contexts.parquet")
-    shard = Contexts(contexts=contexts, ids=contexts.read_parquet()["context_id"].to_list())
+    ids = contexts.read_parquet()["context_id"].to_list()
     episodes = EpisodeConfig(block_turns=args.block_turns, branches=args.branches)
     roster = load_roster(data.roster)
     users = load_user_profiles(REPO / "configs" / "users" / "big_five.yaml").profiles
     url = f"http://127.0.0.1:{args.port}"
 
-    def cast(limit: int) -> CastSpec:
+    def setting(limit: int, cache: Path) -> Setting:
         backend = BackendConfig(kind="openai", model="sim-chat", base_url=f"{url}/v1", max_concurrency=limit,
                                 params={"max_new_tokens": 16})
-        return CastSpec(roster=roster, director=backend, speaker=backend, user=backend, profiles=users)
+        cast = CastSpec(roster=roster, director=backend, speaker=backend, user=backend, profiles=users)
+        return Setting(cast=cast, episodes=episodes, seed=0, contexts=contexts, requests=cache)
 
     server = start_server(args.port, args.latency)
     results: dict[int, list[dict]] = {limit: [] for limit in LIMITS}
@@ -92,7 +93,7 @@ def main() -> None:
                 http_json(f"{url}/stats/reset", post=True)
                 cache = work / f"requests-{limit}-{round_}.sqlite"  # empty: every request goes to the server
                 start = time.perf_counter()
-                out = generate_shard(cast(limit), episodes, 0, shard, cache, work / f"episodes-{limit}-{round_}.parquet")
+                out = generate_shard(setting(limit, cache), ids, work / f"episodes-{limit}-{round_}.parquet")
                 wall = time.perf_counter() - start
                 stats = http_json(f"{url}/stats")
                 results[limit].append({"wall": wall, "requests": stats["requests"],

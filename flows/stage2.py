@@ -1,5 +1,5 @@
 """Stage 2, collaborative dialogue: branched episodes -> group judge -> trajectory pairs -> group reward
-model -> Director (GRPO, or DPO) -> the Director before/after on held-out states.
+model -> Director (GRPO over trajectories, or DPO) -> the Director before/after on held-out states.
 
     mascot run stage2 --config configs/tiny.yaml [--director-method grpo|dpo] [--refresh]
 
@@ -25,9 +25,10 @@ from flows.naming import flow_run_name
 from mascot import tracking
 from mascot.artifacts import Artifact, RunDir
 from mascot.config import load_config
-from mascot.judges.panel import PanelSpec
+from mascot.judges.panel import PanelSpec, judge_rubric_problem
 from mascot.roster import load_roster, load_user_profiles
-from mascot.stage2.branching import CastSpec, Contexts
+from mascot.stage2.branching import CastSpec, Setting
+from mascot.stage2.director_eval import Directors
 from mascot.train.grpo import policy_backend
 from mascot.train.tiny import resolve_tiny_models
 from tasks import stage2 as steps
@@ -45,7 +46,7 @@ def stage2(config_path: str, run_name: str | None = None, director_method: Direc
     `director_method`: "grpo" (default, the paper's method) or "dpo" (an alternative, not the paper's).
     `refresh` recomputes every cached step (LLM requests are still answered by the request cache).
     """
-    config = load_config(config_path)
+    config = load_config(config_path, rubric_problem=judge_rubric_problem)
     if run_name:
         config = config.renamed(run_name)
     if config.stage2 is None:
@@ -62,24 +63,22 @@ def stage2(config_path: str, run_name: str | None = None, director_method: Direc
 
     with temporary_settings(updates=cache), stopped_at_step("stage 2", run.root):
         config = resolve_tiny_models(config)
-        seed, requests, train, stage = config.run.seed, config.cache.requests, config.train, config.stage2
-        speaker = stage.speaker or policy_backend(train.speaker, adapter.path)
-        roster = load_roster(config.data.roster)
+        train, stage = config.train, config.stage2
         users = load_user_profiles(config.data.users).profiles if config.data.users else []
-        cast = CastSpec(roster=roster, director=stage.director, speaker=speaker, user=stage.user,
+        cast = CastSpec(roster=load_roster(config.data.roster), director=stage.director,
+                        speaker=stage.speaker or policy_backend(train.speaker, adapter.path), user=stage.user,
                         profiles=users, max_directive_attempts=stage.episodes.max_directive_attempts)
+        setting = Setting(cast=cast, episodes=stage.episodes, seed=config.run.seed, contexts=contexts,
+                          requests=config.cache.requests)
         panel = PanelSpec.load(stage.judges, stage.rubric, level="block")
         ids = contexts.read_parquet()["context_id"].to_list()
         size = stage.episodes.contexts_per_shard
-        shards = [steps.generate_episodes.submit(cast, stage.episodes, seed, Contexts(contexts=contexts,
-                                                                                       ids=ids[i:i + size]),
-                                                 requests, run.shard("stage2", "episodes", i // size))
+        shards = [steps.generate_episodes.submit(setting, ids[i:i + size], run.shard("stage2", "episodes", i // size))
                   for i in range(0, len(ids), size)]
         with tracking.wandb_run(config, "stage2"):
             episodes = steps.merge_episodes(completed(shards), run.path("stage2", "episodes.parquet"))
-            judgments = steps.judge_blocks(panel, roster, seed, episodes, contexts, requests,
-                                           run.path("stage2", "judgments.parquet"))
-            pairs = steps.build_group_pairs(stage, roster, episodes, contexts, judgments,
+            judgments = steps.judge_trajectories(panel, setting, episodes, run.path("stage2", "judgments.parquet"))
+            pairs = steps.build_group_pairs(stage, cast.roster, episodes, contexts, judgments,
                                             run.path("stage2", "pairs.parquet"))
             artifacts = {"stage2/episodes": episodes, "stage2/judgments": judgments, "stage2/pairs": pairs}
             run.record(artifacts)
@@ -88,25 +87,23 @@ def stage2(config_path: str, run_name: str | None = None, director_method: Direc
                                                                              run.path("stage2", "group_rm"))
             run.record(artifacts)
             if director_method == "grpo":
-                director = steps.train_director(train.director, cast, stage.episodes.block_turns, seed, episodes,
-                                                contexts, group_rm, requests, run.path("stage2", "director"))
+                director = steps.train_director(train.director, setting, episodes, group_rm,
+                                                run.path("stage2", "director"))
                 policy = train.director
             else:
-                director = steps.train_director_dpo(train.director_dpo, pairs, contexts,
+                director = steps.train_director_dpo(train.director_dpo, pairs, contexts, stage.episodes,
                                                     run.path("stage2", "director"))
                 # Sampled as GRPO's Director samples, from the DPO adapter's base model.
                 policy = train.director.model_copy(update={"model": train.director_dpo.model,
                                                            "chat_template_kwargs": train.director_dpo.chat_template_kwargs})
             artifacts["stage2/director"] = director
             run.record(artifacts)
-            samples = steps.sample_directors(policy, train.director_eval, cast, seed, episodes, contexts, director,
-                                             requests, run.path("stage2", "director_eval-samples.parquet"))
-            scored = steps.score_directors(train.director, train.director_eval, cast, stage.episodes.block_turns, seed,
-                                           episodes, contexts, group_rm, samples, requests,
-                                           run.path("stage2", "director_eval-scored.parquet"))
-            artifacts["stage2/director_eval"] = steps.compare_directors(train.director_eval, seed, scored,
+            directors = Directors(policy=policy, adapter=director, weights=train.director.reward_weights)
+            scored = steps.evaluate_directors(train.director_eval, directors, setting, episodes, group_rm,
+                                              run.path("stage2", "director_eval-scored.parquet"))
+            artifacts["stage2/director_eval"] = steps.compare_directors(train.director_eval, config.run.seed, scored,
                                                                         run.path("stage2", "director_eval"))
-            artifacts |= report_stage2(config.run.name, panel.rubric, director_method, artifacts, requests,
-                                       run.path("stage2", "report"))
+            artifacts |= report_stage2(config.run.name, panel.rubric, director_method, artifacts,
+                                       config.cache.requests, run.path("stage2", "report"))
             run.record(artifacts)
     return artifacts

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from mascot.config.backends import BackendConfig, JudgeConfig
 from mascot.config.base import ConfigPath, Section
@@ -13,15 +13,37 @@ from mascot.config.training import GRPOPolicyConfig, LoraConfig, RewardWeights, 
 
 
 class EpisodeConfig(Section):
-    """How an episode runs: a prefix of blocks, then a branch point where M directives are tried."""
+    """How an episode runs: a main line of blocks with branch points (states), and from each state M
+    trajectories, each opened by its own directive."""
 
     block_turns: int = Field(default=3, ge=1, description="Companion turns per block (N).")
-    prefix_blocks: int = Field(default=1, ge=0, description="Blocks played before the branch point.")
+    prefix_blocks: int = Field(default=1, ge=0, description="Blocks played before the first branch point.")
+    states: int = Field(default=1, ge=1, description="Branch points per episode: after `prefix_blocks` blocks, then "
+                        "after every further block of the episode's main line.")
+    mode: Literal["trajectory", "block"] = Field(
+        default="trajectory", description="`trajectory` (the paper's): a branch runs `trajectory_blocks` blocks, each "
+        "followed by the user's turn, and the GRPO Director's policy makes every directive of its rollouts. `block`: "
+        "a branch is one block without the user's turn, and the base Director plays the rest of a rollout's block.")
+    trajectory_blocks: int = Field(default=1, ge=1, description="Blocks of a trajectory, from its state to the "
+                                   "episode's end (mode `trajectory`; `block` mode has 1).")
     user_turns: bool = Field(default=True, description="The simulated user replies after every block.")
-    branches: int = Field(default=4, ge=2, description="Alternative directives sampled at the branch point (M).")
+    branches: int = Field(default=4, ge=2, description="Trajectories sampled from each state (M), each opened by "
+                          "its own directive.")
     max_directive_attempts: int = Field(default=3, ge=1, description="Director requests per turn before the "
                                         "fallback (the least recent speaker) is used.")
     contexts_per_shard: int = Field(default=8, ge=1, description="Episodes per cached generation shard.")
+
+    @model_validator(mode="after")
+    def _one_block_in_block_mode(self) -> EpisodeConfig:
+        if self.mode == "block" and self.trajectory_blocks != 1:
+            raise ValueError(f"mode 'block' plays one block per branch, so trajectory_blocks must be 1, not "
+                             f"{self.trajectory_blocks}; use mode 'trajectory' for longer trajectories")
+        return self
+
+    @property
+    def trajectory_user_turns(self) -> bool:
+        """Whether a trajectory's blocks end with the user's turn (only whole trajectories have them)."""
+        return self.user_turns and self.mode == "trajectory"
 
 
 class Stage2Config(Section):
@@ -50,9 +72,6 @@ class DirectorConfig(GRPOPolicyConfig):
 
     reward_weights: DirectorRewardWeights = Field(default_factory=DirectorRewardWeights,
                                                   description="Weights of the reward terms.")
-    rollout_turns: int | None = Field(
-        default=None, ge=1, description="Turns rolled out after each sampled directive before the block is scored "
-        "(default: to the end of the block, stage2.episodes.block_turns).")
     rollouts: int = Field(
         default=1, ge=1, description="Rollouts of each sampled directive, each with its own seed; its group reward "
         "model term is their mean. More rollouts mean less noise in GRPO's advantages, at that many times the "

@@ -1,6 +1,8 @@
-"""Group judges: the collective rubric applied to a whole block of N companion turns.
+"""Group judges: the collective rubric applied to a whole trajectory (its blocks of companion turns,
+with the simulated user's turns between them).
 
-A `BlockItem` is one branch's block after one state. Judges return the same `Judgment` as the
+A `BlockItem` is one branch's trajectory after one state; its features read the companions' turns,
+each against the conversation up to it, the user's turns included. Judges return the same `Judgment` as the
 persona-level judges (keyed by state id and branch), so panels, failure rates, aggregation and
 preference pairs work unchanged. The LLM group judge is `mascot.judges.llm_judge.LLMJudge` with
 the block prompt (`group_judge_messages`): the same structured output, retries and recorded
@@ -40,14 +42,14 @@ from mascot.rubrics import Rubric
 
 @dataclass(frozen=True)
 class BlockItem:
-    """One branch's block of companion turns after a state, as a group judge sees it."""
+    """One branch's trajectory after a state, as a group judge sees it."""
 
     query_id: str  # the state id
     candidate_idx: int  # the branch
     context: Context
     roster: Roster
     state: list[Turn]  # every turn before the block, the context's opening included
-    block: list[Turn]
+    block: list[Turn]  # the trajectory: companion turns, and the user's turns between blocks
 
 
 def _turn_lines(turns: list[Turn], roster: Roster) -> list[dict[str, str]]:
@@ -112,8 +114,11 @@ def self_bleu(texts: list[list[str]]) -> float:
 def block_features(item: BlockItem, settings: HeuristicSettings = DEFAULT_SETTINGS) -> BlockFeatures:
     f = BlockFeatures()
     episode_turns = [t for t in item.state if t.role != "context"]
+    companions = [t for t in item.block if t.role == "companion"]
     for k, turn in enumerate(item.block):
-        # The turn is judged against the conversation up to it: the context, the episode, the block so far.
+        if turn.role != "companion":
+            continue
+        # The turn is judged against the conversation up to it: the context, the episode, the trajectory so far.
         history = [*item.context.history, *map(_as_message, [*episode_turns, *item.block[:k]])]
         reply = JudgeItem(item.query_id, item.candidate_idx, item.context.model_copy(update={"history": history}),
                           item.roster.get(turn.speaker), turn.text)
@@ -122,13 +127,13 @@ def block_features(item: BlockItem, settings: HeuristicSettings = DEFAULT_SETTIN
         f.relevance.append(features.relevance * features.hygiene)
         f.contribution.append(contribution(features, settings))
         f.hygiene.append(features.hygiene)
-    tokens = [words(t.text) for t in item.block]
+    tokens = [words(t.text) for t in companions]
     grams = [set(trigrams(t)) for t in tokens]
     overlaps = [len(a & b) / min(len(a), len(b)) if a and b else 0.0 for a, b in combinations(grams, 2)]
     f.trigram_overlap = fmean(overlaps) if overlaps else 0.0
     f.self_bleu = self_bleu(tokens) if len(tokens) > 1 else 0.0
-    most = min(len(item.block), len(item.roster.active))
-    f.speaker_diversity = len({t.speaker for t in item.block}) / most if most else 0.0
+    most = min(len(companions), len(item.roster.active))
+    f.speaker_diversity = len({t.speaker for t in companions}) / most if most else 0.0
     earlier = {g for t in item.state if t.role == "companion" for g in trigrams(words(t.text))}
     f.repeats_earlier = fmean(len(g & earlier) / len(g) if g else 0.0 for g in grams) if grams else 0.0
     return f

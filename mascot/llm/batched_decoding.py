@@ -170,11 +170,14 @@ class BatchedDecoder:
         self._active: list[_Sequence] = []
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._closed = False
 
     def submit(self, prompt: list[int], n: int, params: SamplingParams, seed: int) -> concurrent.futures.Future:
         """Queue a request; its future gives n texts. Cancelling the future drops the request at the next step."""
         request = _Request(prompt, n, params, seed, concurrent.futures.Future())
         with self._wake:
+            if self._closed:
+                raise RuntimeError("this decoder was closed: its model was unloaded")
             self._waiting.append(request)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="mascot-decoder", daemon=True)
@@ -190,7 +193,10 @@ class BatchedDecoder:
         torch.set_num_threads(1)
         with torch.inference_mode():
             while True:
-                joining, resuming = self._admit()
+                admitted = self._admit()
+                if admitted is None:
+                    return
+                joining, resuming = admitted
                 self._active = [s for s in self._active if not s.request.future.cancelled()]
                 try:
                     self._step(joining, resuming)
@@ -201,11 +207,20 @@ class BatchedDecoder:
                         _settle(request.future, exception=exc)
                     self._active = []
 
-    def _admit(self) -> tuple[list[tuple[_Request, int]], list[tuple[_Request, int]]]:
+    def close(self) -> None:
+        """End the decoding thread once its work is done; later submissions are refused."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+
+    def _admit(self) -> tuple[list[tuple[_Request, int]], list[tuple[_Request, int]]] | None:
         """Places for waiting sequences beside the active ones, first come first served: (request, sequences) for
-        requests whose prompt goes through this step, and for those whose prompt already has. Blocks while idle."""
+        requests whose prompt goes through this step, and for those whose prompt already has. Blocks while idle;
+        None once closed and idle."""
         with self._wake:
             while not self._active and not self._waiting:
+                if self._closed:
+                    return None
                 self._wake.wait()
             joining, resuming = [], []
             places = self.max_batch - len(self._active)

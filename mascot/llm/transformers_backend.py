@@ -88,6 +88,15 @@ def load_model(model: str, adapter: str | None, device: str) -> LoadedModel:
         return _LOADED[key]
 
 
+def unload_adapter(adapter: str) -> None:
+    """Forget every loaded copy of `adapter` (a policy snapshot that training has moved past) and end its
+    decoders, so that its memory is freed."""
+    with _LOAD_LOCK:
+        for key in [key for key in _LOADED if key[1] == adapter]:
+            for decoder in _LOADED.pop(key).decoders.values():
+                decoder.close()
+
+
 def _load_uncached(model: str, adapter: str | None, device: str) -> LoadedModel:
     require_torch()
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -1,15 +1,20 @@
-"""The branching episode generator: a shared prefix, then M branches from the same state.
+"""The branching episode generator: an episode's main line, its branch points (states), and M
+trajectories from each state.
 
-For every context, an episode plays `prefix_blocks` blocks (each followed by the simulated user's
-turn), which brings it to its branch point: the state. From that state, M branches each ask the
-Director for a directive with their own seed and play one block of N turns. The prefix is played
-once and every branch continues the very same turns, so the branches share it byte for byte and
-by request: no prefix request is made twice. The branches' blocks are what the group judge scores;
-pairs of them feed the group reward model, and pairs of their first directives feed DPO.
+For every context, an episode plays its main line once: `prefix_blocks` blocks, then one more
+block per further branch point, each block followed by the simulated user's turn. Its states are
+the points after `prefix_blocks`, `prefix_blocks + 1`, ... blocks (`episodes.states` of them). From
+each state, M branches each ask the Director for a directive with their own seed and play a
+trajectory to the episode's end: `trajectory_blocks` blocks of N turns, each followed by the
+user's turn (`mode: trajectory`), or one block without it (`mode: block`). Every branch continues
+the very same turns, so the branches share the main line byte for byte and by request: no request
+of the main line is made twice. The trajectories are what the group judge scores; pairs of them
+feed the group reward model, and pairs of their first directives feed DPO.
 
-episodes.parquet holds one row per turn: the prefix's rows have a null `branch`, each branch's
-rows its index. A state's id is `<context id>|t<turn count>`, so tables keyed by state join with
-contexts.parquet like Stage 1's query ids do (`mascot.queries.context_ids`).
+episodes.parquet holds one row per turn: the main line's rows have a null `branch` and `state_id`,
+each trajectory's rows its state and branch index. A state's id is `<context id>|t<turn count>`, so
+tables keyed by state join with contexts.parquet like Stage 1's query ids do
+(`mascot.queries.context_ids`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from mascot.artifacts import Artifact, write_parquet
 from mascot.config import BackendConfig, EpisodeConfig
 from mascot.data.context import Context
 from mascot.data.contexts import read_contexts
+from mascot.dialogue.directives import DirectorReply
 from mascot.dialogue.episodes import Cast, Episode, play, row_turn, turn_row
 from mascot.dialogue.turns import Turn, opening_turns
 from mascot.llm import RequestCache, make_backend, request_batch, shared_cache
@@ -54,11 +60,13 @@ class CastSpec(BaseModel):
     max_directive_attempts: int = 3
 
     def cast(self, cache: RequestCache | None, director: BackendConfig | None = None) -> Cast:
-        """The roles' backends; `director` replaces the configured Director (a trained one, say)."""
+        """The roles' backends. `director` replaces the configured Director with a policy (a trained one, say),
+        whose replies are read as written, with no retry, as GRPO reads its samples."""
+        attempts = self.max_directive_attempts if director is None else 1
         director = director or self.director
         return Cast(self.roster, make_backend(director, cache=cache), make_backend(self.speaker, cache=cache),
                     make_backend(self.user, cache=cache), director.params, self.speaker.params, self.user.params,
-                    self.max_directive_attempts)
+                    attempts)
 
     def profile_for(self, context: Context, run_seed: int) -> UserProfile | None:
         """The episode's simulated user: one of the domain's profiles, chosen by seed, or none."""
@@ -66,75 +74,99 @@ class CastSpec(BaseModel):
         return profiles[request_seed(run_seed, context.id, "user") % len(profiles)] if profiles else None
 
 
-class Contexts(BaseModel):
-    """Some contexts of a contexts artifact, as steps pass them (the artifact's hash makes it a cache key)."""
+class Setting(BaseModel):
+    """What the steps that play episodes share: the cast, how episodes run, the run seed, the contexts and
+    the request cache. A step's input and cache key (the contexts artifact's hash makes it one)."""
 
     model_config = ConfigDict(frozen=True)
 
+    cast: CastSpec
+    episodes: EpisodeConfig
+    seed: int
     contexts: Artifact
-    ids: list[str]
+    requests: Path
 
-    def load(self) -> list[Context]:
-        by_id = read_contexts(self.contexts)
-        return [by_id[i] for i in self.ids]
+    @property
+    def roster(self) -> Roster:
+        return self.cast.roster
+
+
+@dataclass(frozen=True)
+class BranchPoint:
+    turns: int  # of the main line before the state
+    trajectories: list[list[Turn]]
 
 
 @dataclass(frozen=True)
 class Branched:
     episode: Episode
-    prefix: list[Turn]  # after the opening, up to the branch point
-    branches: list[list[Turn]]
-
-    @property
-    def state(self) -> list[Turn]:
-        return [*opening_turns(self.episode.context), *self.prefix]
-
-    @property
-    def state_id(self) -> str:
-        return state_id(self.episode.id, len(self.state))
+    line: list[Turn]  # the main line after the opening, played once
+    points: list[BranchPoint]
 
 
 def state_id(context_id: str, turns: int) -> str:
     return f"{context_id}|t{turns}"
 
 
+async def play_trajectory(cast: Cast, episode: Episode, state: list[Turn], config: EpisodeConfig, path: str, *,
+                          first: DirectorReply | None = None) -> list[Turn]:
+    """A trajectory from `state` to the episode's end (the first directive `first`, when given)."""
+    played: list[Turn] = []
+    for block in range(config.trajectory_blocks):
+        played += await play(cast, episode, [*state, *played], config.block_turns, path,
+                             user_after=config.trajectory_user_turns, first=first if block == 0 else None)
+    return played
+
+
 async def branch_episode(cast: Cast, episode: Episode, config: EpisodeConfig) -> Branched:
-    """Play the prefix once, then every branch from its end, the branches concurrently."""
-    opening, prefix = opening_turns(episode.context), []
-    for _ in range(config.prefix_blocks):
-        prefix += await play(cast, episode, [*opening, *prefix], config.block_turns, "prefix",
-                             user_after=config.user_turns)
-    state = [*opening, *prefix]
-    branches = await asyncio.gather(*(play(cast, episode, state, config.block_turns, f"branch{index}")
-                                      for index in range(config.branches)))
-    return Branched(episode, prefix, list(branches))
+    """Play the main line once, then every state's branches from it: all branches of all states at once."""
+    opening, line = opening_turns(episode.context), []
+    ends = []  # the main line's length at each state
+    for block in range(config.prefix_blocks + config.states - 1):
+        if block >= config.prefix_blocks:
+            ends.append(len(line))
+        line += await play(cast, episode, [*opening, *line], config.block_turns, "prefix", user_after=config.user_turns)
+    ends.append(len(line))
+
+    async def point(end: int) -> BranchPoint:
+        state = [*opening, *line[:end]]
+        # The path names the state: positions alone would give a later state's branch the seeds of an earlier
+        # state's trajectory at the same position.
+        return BranchPoint(end, list(await asyncio.gather(*(play_trajectory(cast, episode, state, config,
+                                                                            f"t{len(state)}-branch{index}")
+                                                            for index in range(config.branches)))))
+
+    return Branched(episode, line, list(await asyncio.gather(*(point(end) for end in ends))))
 
 
 def episode_rows(branched: Branched, config: EpisodeConfig, profile: str | None) -> list[dict]:
-    """The episode's turns as rows of episodes.parquet: the prefix once, then each branch."""
+    """The episode's turns as rows of episodes.parquet: the main line once, then each state's trajectories."""
     opening = len(opening_turns(branched.episode.context))
     per_block = config.block_turns + int(config.user_turns)
-    common = {"episode_id": branched.episode.id, "context_id": branched.episode.context.id,
-              "state_id": branched.state_id, "user_profile": profile}
-    rows = [{**common, "branch": None, "block": k // per_block, "turn_idx": opening + k, **turn_row(turn)}
-            for k, turn in enumerate(branched.prefix)]
-    for index, branch in enumerate(branched.branches):
-        rows += [{**common, "branch": index, "block": config.prefix_blocks, "turn_idx": opening + len(branched.prefix) + k,
-                  **turn_row(turn)} for k, turn in enumerate(branch)]
+    per_trajectory_block = config.block_turns + int(config.trajectory_user_turns)
+    common = {"episode_id": branched.episode.id, "context_id": branched.episode.context.id, "user_profile": profile}
+    rows = [{**common, "state_id": None, "branch": None, "block": k // per_block, "turn_idx": opening + k,
+             **turn_row(turn)} for k, turn in enumerate(branched.line)]
+    for point in branched.points:
+        state = state_id(branched.episode.id, opening + point.turns)
+        first_block = point.turns // per_block
+        for index, trajectory in enumerate(point.trajectories):
+            rows += [{**common, "state_id": state, "branch": index, "block": first_block + k // per_trajectory_block,
+                      "turn_idx": opening + point.turns + k, **turn_row(turn)} for k, turn in enumerate(trajectory)]
     return rows
 
 
-def generate_shard(cast_spec: CastSpec, config: EpisodeConfig, seed: int, shard: Contexts, requests: Path,
-                   out: Path) -> Artifact:
-    """The branched episodes of one shard of contexts, all in flight at once, through the request cache."""
-    cache = shared_cache(requests)
-    cast = cast_spec.cast(cache)
-    episodes = [Episode(context, cast_spec.profile_for(context, seed), seed) for context in shard.load()]
+def generate_shard(setting: Setting, ids: list[str], out: Path) -> Artifact:
+    """The branched episodes of some contexts, all in flight at once, through the request cache."""
+    cache = shared_cache(setting.requests)
+    cast = setting.cast.cast(cache)
+    by_id = read_contexts(setting.contexts)
+    episodes = [Episode(by_id[i], setting.cast.profile_for(by_id[i], setting.seed), setting.seed) for i in ids]
 
     async def run(row) -> list[Branched]:
         async def one(episode: Episode) -> Branched:
             row.started()
-            branched = await branch_episode(cast, episode, config)
+            branched = await branch_episode(cast, episode, setting.episodes)
             row.finished()
             return branched
 
@@ -143,13 +175,14 @@ def generate_shard(cast_spec: CastSpec, config: EpisodeConfig, seed: int, shard:
     with shard_progress(f"episodes {out.stem}", len(episodes), cache_hits(cache)) as row, request_batch():
         results = asyncio.run(run(row))
     rows = [r for branched in results
-            for r in episode_rows(branched, config, branched.episode.profile.id if branched.episode.profile else None)]
+            for r in episode_rows(branched, setting.episodes,
+                                  branched.episode.profile.id if branched.episode.profile else None)]
     return write_parquet(pl.DataFrame(rows, schema=EPISODE_SCHEMA), out)
 
 
 @dataclass(frozen=True)
 class StoredState:
-    """A branch point read back from episodes.parquet: the context, the turns so far, and its branches."""
+    """A branch point read back from episodes.parquet: the context, the turns so far, and its trajectories."""
 
     id: str
     context: Context
@@ -159,17 +192,18 @@ class StoredState:
 
 
 def read_states(episodes: Artifact, contexts: Artifact) -> list[StoredState]:
-    """Every episode's branch point with its branches, in file order."""
+    """Every episode's branch points with their trajectories, in file order."""
     by_id = read_contexts(contexts)
     frame = episodes.read_parquet()
     states = []
-    for (state,), rows in frame.group_by("state_id", maintain_order=True):
-        rows = rows.sort("branch", "turn_idx", nulls_last=False)
+    for (_,), rows in frame.group_by("episode_id", maintain_order=True):
         context = by_id[rows["context_id"][0]]
-        prefix = [row_turn(r) for r in rows.filter(pl.col("branch").is_null()).iter_rows(named=True)]
-        branches = {index: [row_turn(r) for r in group.iter_rows(named=True)]
-                    for (index,), group in rows.filter(pl.col("branch").is_not_null()).group_by("branch",
-                                                                                                maintain_order=True)}
-        states.append(StoredState(state, context, rows["user_profile"][0], [*opening_turns(context), *prefix],
-                                  branches))
+        opening = opening_turns(context)
+        line = [row_turn(r) for r in rows.filter(pl.col("branch").is_null()).sort("turn_idx").iter_rows(named=True)]
+        branched = rows.filter(pl.col("branch").is_not_null()).sort("branch", "turn_idx")
+        for (state,), trajectories in branched.group_by("state_id", maintain_order=True):
+            start = trajectories["turn_idx"].min() - len(opening)
+            branches = {index: [row_turn(r) for r in group.iter_rows(named=True)]
+                        for (index,), group in trajectories.group_by("branch", maintain_order=True)}
+            states.append(StoredState(state, context, rows["user_profile"][0], [*opening, *line[:start]], branches))
     return states

@@ -2,12 +2,22 @@
 
 GRPO's prompts are the Director's prompts at the training states (the branch points of the
 training contexts' episodes). Each sampled directive is read as written (`read_reply`: invalid
-means the flagged fallback, no retry), the persona it names replies through the Speaker, and the
-base Director and the Speaker play on to the end of the block (`rollout_turns`). The group reward
-model scores that block after the state (`GroupRMReward`, the mean over `rollouts` rollouts); a
-small format reward is 1 for a valid directive (`DirectiveFormatReward`). Rollouts are seeded by
-the state, the directive's text and the draw, so the same directive always leads to the same
-blocks, and they go through the request cache.
+means the flagged fallback, no retry), and it opens a trajectory from its state to the episode's
+end (`TrajectoryRollouts`). In `trajectory` mode the policy being trained makes every later
+directive of that trajectory: it samples from the adapter as it stands at this optimisation step
+(`mascot.train.grpo.PolicySnapshots`), read as written too. In `block` mode the trajectory is one
+block and the base Director plays the rest of it. The reward is the group reward model's score of
+the whole trajectory (the mean over `rollouts` rollouts) plus a small format reward, the share of
+the policy's directives in them that are valid (`TrajectoryReward`). Rollouts are seeded by the
+state and the draw, not by the directive (common random numbers: the samples GRPO compares meet
+the same sampling noise), so the same directive under the same policy leads to the same
+trajectories, and they go through the request cache.
+
+The gradient reaches the tokens of the sampled directive only, the first of its trajectory: the
+later directives are the same policy's samples, but each is rendered from a fresh prompt (the
+conversation so far), so they are not a continuation of the sampled sequence, and TRL's
+multi-turn hooks (`rollout_func`, `environment_factory`) train one growing sequence per sample.
+The later directives' states are training prompts of their own where they are branch points.
 
 DPO trains on the directive pairs of the training states (`mascot.stage2.trajectories.directive_pairs`).
 """
@@ -15,24 +25,23 @@ DPO trains on the directive pairs of the training states (`mascot.stage2.traject
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from mascot.artifacts import Artifact
-from mascot.config import DirectorConfig, DirectorDPOConfig
+from mascot.config import BackendConfig, DirectorConfig, DirectorDPOConfig, EpisodeConfig
 from mascot.data.contexts import held_out_ids
 from mascot.dialogue.directives import director_messages, read_reply
-from mascot.dialogue.episodes import Episode, play
+from mascot.dialogue.episodes import Episode
 from mascot.dialogue.turns import Turn
 from mascot.llm import shared_cache
 from mascot.queries import context_ids
-from mascot.roster import Roster
-from mascot.stage2.branching import CastSpec, StoredState, read_states
-from mascot.stage2.trajectories import block_text, directive_pairs, trajectory_prompt
+from mascot.stage2.branching import Setting, StoredState, play_trajectory, read_states
+from mascot.stage2.trajectories import directive_pairs, trajectory_prompt, trajectory_text
 from mascot.train.dpo import train_dpo_policy
-from mascot.train.grpo import train_grpo_policy
+from mascot.train.grpo import PolicySnapshots, policy_backend, train_grpo_policy
 from mascot.train.reward_model import RewardModelScorer, preference_records
 from mascot.train.runtime import TrainingSetupError, checkpoint_dir, trainer_device
 
@@ -43,68 +52,93 @@ def _text(completion: Messages | str) -> str:
     return completion if isinstance(completion, str) else completion[-1]["content"]
 
 
-class DirectiveFormatReward:
-    """1.0 for a valid directive of the roster (parsed and validated as episodes do), else 0.0."""
-
-    __name__ = "format"
-
-    def __init__(self, roster: Roster):
-        self.roster = roster
-
-    def __call__(self, prompts: list[Messages], completions: list[Messages | str], **_: Any) -> list[float]:
-        return [0.0 if read_reply(_text(c), self.roster, [], None).fallback else 1.0 for c in completions]
+def policy_validity(trajectory: list[Turn], mode: str) -> float:
+    """The share of valid directives among those the policy made: every companion turn's in `trajectory`
+    mode, the first one's in `block` mode (the base Director made the others)."""
+    directives = [turn for turn in trajectory if turn.role == "companion"]
+    made = directives if mode == "trajectory" else directives[:1]
+    return statistics.fmean(0.0 if turn.fallback else 1.0 for turn in made)
 
 
-class GroupRMReward:
-    """The group reward model's score of the block a sampled directive leads to, from its state."""
+class TrajectoryRollouts:
+    """The trajectories sampled directives open from their states, and the group reward model's scores of them."""
 
-    __name__ = "group_rm"
-
-    def __init__(self, cast_spec: CastSpec, states: list[StoredState], group_rm: Path, config: DirectorConfig,
-                 block_turns: int, run_seed: int, requests: Path | None):
-        self.roster = cast_spec.roster
-        self.cast = cast_spec.cast(shared_cache(requests) if requests else None)
+    def __init__(self, setting: Setting, states: list[StoredState], group_rm: Path, device: str):
+        self.setting = setting
         self.states = {state.id: state for state in states}
-        self.turns = config.rollout_turns or block_turns
-        self.draws = config.rollouts
-        self.run_seed = run_seed
-        self.scorer = RewardModelScorer(group_rm, name="group_rm", device=trainer_device(config))
+        self.cache = shared_cache(setting.requests)
+        self.scorer = RewardModelScorer(group_rm, name="group_rm", device=device)
 
-    def rollouts(self, state_ids: list[str], texts: list[str], draws: int = 1) -> list[list[list[Turn]]]:
-        """Per draw, the block each directive leads to from its state; every rollout is in flight at once."""
+    def play(self, state_ids: list[str], texts: list[str], draws: int,
+             policy: BackendConfig | None = None) -> list[list[list[Turn]]]:
+        """Per draw, the trajectory each directive opens from its state, every rollout in flight at once. In
+        `trajectory` mode `policy` makes the later directives (the base Director without one)."""
+        setting = self.setting
+        cast = setting.cast.cast(self.cache, policy if setting.episodes.mode == "trajectory" else None)
 
         async def one(state: StoredState, text: str, draw: int) -> list[Turn]:
-            reply = read_reply(text, self.roster, state.state, None)
-            # Seeded by the state, the directive's text and the draw: the same directive leads to the same blocks.
-            path = "rollout-" + hashlib.sha256(text.encode()).hexdigest()[:16] + (f"-{draw}" if draw else "")
-            episode = Episode(state.context, None, self.run_seed)
-            return await play(self.cast, episode, state.state, self.turns, path, first=reply)
+            reply = read_reply(text, setting.roster, state.state, None)
+            # Seeded by the state and the draw, not by the directive: the directives of one state meet the same
+            # random numbers, so their rewards differ by what the directives change more than by sampling noise.
+            path = f"t{len(state.state)}-rollout" + (f"-{draw}" if draw else "")
+            episode = Episode(state.context, setting.cast.profile_for(state.context, setting.seed), setting.seed)
+            return await play_trajectory(cast, episode, state.state, setting.episodes, path, first=reply)
 
         async def all_of_them() -> list[list[Turn]]:
             return list(await asyncio.gather(*(one(self.states[s], t, draw) for draw in range(draws)
                                                for s, t in zip(state_ids, texts, strict=True))))
 
-        blocks = asyncio.run(all_of_them())
-        return [blocks[draw * len(texts):(draw + 1) * len(texts)] for draw in range(draws)]
+        played = asyncio.run(all_of_them())
+        return [played[draw * len(texts):(draw + 1) * len(texts)] for draw in range(draws)]
 
     def score(self, state_ids: list[str], draws: list[list[list[Turn]]]) -> list[list[float]]:
-        """The group reward model's score of every draw's block, per directive."""
-        prompts = [trajectory_prompt(self.roster, self.states[s].state) for s in state_ids]
-        scores = [self.scorer.score(prompts, [block_text(self.roster, block) for block in blocks]) for blocks in draws]
+        """The group reward model's score of every draw's trajectory, per directive."""
+        roster = self.setting.roster
+        prompts = [trajectory_prompt(roster, self.states[s].state) for s in state_ids]
+        scores = [self.scorer.score(prompts, [trajectory_text(roster, t) for t in trajectories])
+                  for trajectories in draws]
         return [list(directive) for directive in zip(*scores, strict=True)]
 
-    def __call__(self, prompts: list[Messages], completions: list[Messages | str], state_id: list[str],
-                 **_: Any) -> list[float]:
-        texts = [_text(c) for c in completions]
-        return [statistics.fmean(scores) for scores in self.score(state_id, self.rollouts(state_id, texts, self.draws))]
+    def terms(self, state_ids: list[str], texts: list[str], draws: int,
+              policy: BackendConfig | None = None) -> dict[str, list[float]]:
+        """Per directive: the group reward model's mean score over its rollouts, the validity of the policy's
+        directives in them, and each rollout's score (`group_rm_rollouts`), with draw 0's trajectories."""
+        played = self.play(state_ids, texts, draws, policy)
+        scores = self.score(state_ids, played)
+        mode = self.setting.episodes.mode
+        return {"group_rm": [statistics.fmean(directive) for directive in scores],
+                "format": [statistics.fmean(policy_validity(draw[i], mode) for draw in played)
+                           for i in range(len(texts))],
+                "group_rm_rollouts": scores, "trajectories": played[0]}
 
 
-def director_rewards(config: DirectorConfig, cast_spec: CastSpec, states: list[StoredState], group_rm: Path,
-                     block_turns: int, run_seed: int, requests: Path | None) -> tuple[list, list[float]]:
-    """The reward functions and their weights."""
-    functions = [GroupRMReward(cast_spec, states, group_rm, config, block_turns, run_seed, requests),
-                 DirectiveFormatReward(cast_spec.roster)]
-    return functions, [config.reward_weights.group_rm, config.reward_weights.format]
+class TrajectoryReward:
+    """GRPO's reward terms for a batch of sampled directives, from one set of rollouts: TRL calls each term
+    as its own reward function (`functions`), so the first call plays the rollouts and the other reads them."""
+
+    def __init__(self, rollouts: TrajectoryRollouts, draws: int, policy: Callable[[], BackendConfig | None]):
+        self.rollouts, self.draws, self.policy = rollouts, draws, policy
+        self._batch: tuple | None = None
+        self._terms: dict[str, list[float]] = {}
+
+    def _term(self, name: str, completions: list[Messages | str], state_id: list[str]) -> list[float]:
+        batch = (tuple(state_id), tuple(_text(c) for c in completions))
+        if batch != self._batch:
+            self._terms = self.rollouts.terms(list(batch[0]), list(batch[1]), self.draws, self.policy())
+            self._batch = batch
+        return self._terms[name]
+
+    @property
+    def functions(self) -> list[Callable[..., list[float]]]:
+        def term(name: str):
+            def function(prompts: list[Messages], completions: list[Messages | str], state_id: list[str],
+                         **_: Any) -> list[float]:
+                return self._term(name, completions, state_id)
+
+            function.__name__ = name
+            return function
+
+        return [term("group_rm"), term("format")]
 
 
 def split_states(episodes: Artifact, contexts: Artifact) -> tuple[list[StoredState], list[StoredState]]:
@@ -114,28 +148,37 @@ def split_states(episodes: Artifact, contexts: Artifact) -> tuple[list[StoredSta
     return [s for s in states if s.context.id not in held_out], [s for s in states if s.context.id in held_out]
 
 
-def train_director(config: DirectorConfig, cast_spec: CastSpec, block_turns: int, run_seed: int, episodes: Artifact,
-                   contexts: Artifact, group_rm: Artifact, requests: Path, out: Path) -> Artifact:
+def train_director(config: DirectorConfig, setting: Setting, episodes: Artifact, group_rm: Artifact,
+                   out: Path) -> Artifact:
     """GRPO on the Director's prompts at the training states, resuming from checkpoints; write the adapter."""
-    training, held_out = split_states(episodes, contexts)
+    training, held_out = split_states(episodes, setting.contexts)
     if not training:
         raise TrainingSetupError(f"{episodes.path} has no state of a training context; add contexts "
                                  "(data.corpus.limit) or lower data.held_out_fraction")
-    prompts = [{"prompt": director_messages(cast_spec.roster, s.state), "state_id": s.id} for s in training]
-    rewards, weights = director_rewards(config, cast_spec, training, group_rm.verified(), block_turns, run_seed,
-                                        requests)
-    return train_grpo_policy(config, prompts, rewards, weights, out,
-                             checkpoint_dir(out, config, cast_spec, episodes, group_rm), name="director",
-                             details={"held_out_states": sorted(s.id for s in held_out)})
+    prompts = [{"prompt": director_messages(setting.roster, s.state), "state_id": s.id} for s in training]
+    checkpoints = checkpoint_dir(out, config, setting, episodes, group_rm)
+    mode = setting.episodes.mode
+    snapshots = PolicySnapshots(checkpoints / "policy") if mode == "trajectory" else None
+    rollouts = TrajectoryRollouts(setting, training, group_rm.verified(), trainer_device(config))
+    reward = TrajectoryReward(rollouts, config.rollouts,
+                              lambda: policy_backend(config, snapshots.current()) if snapshots else None)
+    weights = [config.reward_weights.group_rm, config.reward_weights.format]
+    return train_grpo_policy(config, prompts, reward.functions, weights, out, checkpoints, name="director",
+                             snapshots=snapshots,
+                             details={"mode": mode, "trajectory_blocks": setting.episodes.trajectory_blocks,
+                                      "held_out_states": sorted(s.id for s in held_out)})
 
 
-def train_director_dpo(config: DirectorDPOConfig, pairs: Artifact, contexts: Artifact, out: Path) -> Artifact:
-    """DPO on the directive pairs of the training states; write the adapter."""
+def train_director_dpo(config: DirectorDPOConfig, pairs: Artifact, contexts: Artifact, episodes: EpisodeConfig,
+                       out: Path) -> Artifact:
+    """DPO on the directive pairs of the training states (the first directives of trajectory pairs from
+    episodes played as `episodes` says); write the adapter."""
     frame = directive_pairs(pairs.read_parquet())
     training = frame.filter(~context_ids(frame["query_id"]).is_in(held_out_ids(contexts)))
     if training.is_empty():
         raise TrainingSetupError(f"{pairs.path} has no directive pair of a training state (both first directives "
                                  "valid and different); lower stage2.margin, add branches or contexts")
     return train_dpo_policy(config, preference_records(training), out, checkpoint_dir(out, config, pairs, contexts),
-                            name="director_dpo", details={"states": training["query_id"].n_unique()})
+                            name="director_dpo", details={"states": training["query_id"].n_unique(), "mode": episodes.mode,
+                                                          "trajectory_blocks": episodes.trajectory_blocks})
 

@@ -57,7 +57,7 @@ def stage2_summary(rubric: Rubric, episodes: pl.DataFrame, judgments: pl.DataFra
                    cache: dict[str, float]) -> dict[str, Any]:
     criteria = rubric.criterion_ids
     ok, failures = judgments.filter(pl.col("ok")), judgments.filter(~pl.col("ok"))
-    n_states = episodes["state_id"].n_unique()
+    n_states = episodes["state_id"].drop_nulls().n_unique()
     return {
         "counts": {"episodes": episodes["episode_id"].n_unique(), "states": n_states,
                    "branches": episodes.filter(pl.col("branch").is_not_null()).select("state_id", "branch")
@@ -91,7 +91,7 @@ def wandb_metrics(summary: dict[str, Any], pairs: pl.DataFrame) -> dict[str, Any
             metrics[f"director_eval/{name}_difference"] = score["difference"]["mean"]
         for policy, share in summary["director_eval"]["validity"].items():
             metrics[f"director_eval/validity_{policy}"] = share["value"]
-        for name in ("rollout_sd", "directive_sd"):
+        for name in ("rollout_sd", "unshared_sd", "directive_sd"):
             if (value := summary["director_eval"]["signal"][name]) is not None:
                 metrics[f"director_eval/{name}"] = value
     return metrics
@@ -131,36 +131,52 @@ def director_markdown(metrics: dict[str, Any], method: str) -> list[str]:
     what = ("GRPO against the group reward model (the paper's method)" if method == "grpo"
             else "DPO over directive pairs (an alternative, not the paper's method)")
     units = f"{training['prompts']} states" if "prompts" in training else f"{training['pairs']} directive pairs"
-    return ["## Director", "", (f"Trained with {what}. LoRA: {parameters['trainable']:,} of {parameters['total']:,} "
-            f"parameters trainable ({parameters['fraction']:.3%}); {training['steps']} steps on {units}.")]
+    lines = ["## Director", "", (f"Trained with {what}. LoRA: {parameters['trainable']:,} of {parameters['total']:,} "
+             f"parameters trainable ({parameters['fraction']:.3%}); {training['steps']} steps on {units}.")]
+    if method == "dpo":
+        lines.append(f"Mode `{training['mode']}`: its directive pairs are the first directives of trajectory pairs "
+                     f"whose trajectories run {training['trajectory_blocks']} block(s) from their state.")
+    elif training["mode"] == "trajectory":
+        lines.append(f"Mode `trajectory`: each sampled directive opens a trajectory of {training['trajectory_blocks']} "
+                     "block(s) to the episode's end, in which the policy being trained makes every directive; the "
+                     "reward is the group reward model's score of the whole trajectory.")
+    else:
+        lines.append("Mode `block`: each sampled directive opens one block, which the base Director plays to its end; "
+                     "the reward is the group reward model's score of that block.")
+    return lines
 
 
 def director_eval_markdown(metrics: dict[str, Any]) -> list[str]:
     lines = ["## The Director before and after training, on held-out states", "",
-             (f"{metrics['states']} held-out states, {metrics['samples_per_prompt']} directive(s) per state and policy, "
-             "same seeds for both. Each directive is read as written (an invalid one becomes the fallback), rolled "
-             f"out to the end of its block {metrics['signal']['rollouts']} time(s) with different seeds, and scored "
-             "as in training, with the group reward model's term averaged over its rollouts."), "",
-             "| score | n | base mean ± sd | trained mean ± sd | difference [95% CI] |", "|---|---|---|---|---|"]
+             (f"{metrics['states']} held-out states of {metrics['contexts']} held-out contexts, "
+             f"{metrics['samples_per_prompt']} directive(s) per state and policy, same seeds for both. Each directive "
+             "is read as written (an invalid one becomes the fallback), rolled out as in training (in `trajectory` "
+             f"mode with the same policy making every later directive) {metrics['signal']['rollouts']} time(s) with "
+             "different seeds, and scored as in training, with the group reward model's term averaged over its "
+             "rollouts."), "",
+             "| score | states | contexts | base mean ± sd | trained mean ± sd | difference [95% CI over contexts] |",
+             "|---|---|---|---|---|---|"]
     for name, score in metrics["scores"].items():
-        base, trained, difference = score["base"], score["director"], score["difference"]
-        if not difference["n"]:
-            lines.append(f"| {name} | 0 | n/a | n/a | n/a |")
+        base, trained, by_context = score["base"], score["director"], score["by_context"]
+        if not by_context["n"]:
+            lines.append(f"| {name} | 0 | 0 | n/a | n/a | n/a |")
             continue
-        lines.append(f"| {name} | {difference['n']} | {base['mean']:.3f} ± {base['sd']:.3f} | "
-                     f"{trained['mean']:.3f} ± {trained['sd']:.3f} | {difference['mean']:+.3f} "
-                     f"[{difference['ci_low']:+.3f}, {difference['ci_high']:+.3f}] |")
+        lines.append(f"| {name} | {by_context['n']} | {by_context['clusters']} | {base['mean']:.3f} ± {base['sd']:.3f} "
+                     f"| {trained['mean']:.3f} ± {trained['sd']:.3f} | {by_context['value']:+.3f} "
+                     f"[{by_context['ci_low']:+.3f}, {by_context['ci_high']:+.3f}] |")
     validity, fallbacks = metrics["validity"], metrics["fallbacks"]
-    lines += ["", "Differences are trained - base, averaged per state; intervals are paired bootstrap (BCa).",
-              (f"Directive validity: base {clustered_interval(validity['base'])}, trained "
-              f"{clustered_interval(validity['director'])} (bootstrap over states); fallbacks: base "
+    lines += ["", ("Differences are trained - base, averaged per state; intervals are percentile bootstraps that "
+                   "resample held-out contexts, the unit of independence (a context's states share its conversation)."),
+              (f"Directive validity (first directive): base {clustered_interval(validity['base'])}, trained "
+              f"{clustered_interval(validity['director'])} (bootstrap over contexts); fallbacks: base "
               f"{fallbacks['base']}, trained {fallbacks['director']}.")]
     signal = metrics["signal"]
     if signal["rollout_sd"] is not None and signal["directive_sd"] is not None:
         lines += ["", (f"Reward signal: the group reward model's score of one directive's rollouts varies by sd "
-                       f"{signal['rollout_sd']:.3f} (the sampling of the rest of the block); the directives of one "
-                       f"state differ by sd {signal['directive_sd']:.3f} beyond that noise, which is what a Director "
-                       f"can change ({signal['directives']} directives of {signal['states']} states, "
-                       f"{signal['rollouts']} rollouts each).")]
+                       f"{signal['rollout_sd']:.3f} (the sampling of the rest of the trajectory), of which sd "
+                       f"{signal['unshared_sd']:.3f} does not cancel between the directives of a state (their rollouts "
+                       f"share seeds); the directives of one state differ by sd {signal['directive_sd']:.3f} beyond "
+                       f"that noise, which is what a Director can change ({signal['directives']} directives of "
+                       f"{signal['states']} states, {signal['rollouts']} rollouts each).")]
     return lines
 

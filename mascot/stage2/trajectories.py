@@ -1,17 +1,18 @@
 """Trajectories as the group reward model reads them, the group judging step, and the pairs of Stage 2.
 
-The group reward model scores a block after a state as a chat: the prompt is one user message with
-the roster and the conversation so far (`trajectory_prompt`), and the reply is the block, one
-labelled line per turn (`block_text`). The pairs, the GRPO Director's reward and the comparison on
-held-out states all render trajectories with these two functions, so the model always reads the
-form it learned from.
+The group reward model scores a trajectory after a state as a chat: the prompt is one user
+message with the roster, the meeting's query where the context has one, and the conversation up to
+the state (`trajectory_prompt`), and the reply
+is the whole trajectory, one labelled line per turn, the user's turns included (`trajectory_text`).
+The pairs, the GRPO Director's reward and the comparison on held-out states all render
+trajectories with these two functions, so the model always reads the form it learned from.
 
 Trajectory pairs follow Stage 1's rule (`mascot.stage1.pairs.build_preference_pairs`): for each
-state, every two branches whose group scores differ by at least `stage2.margin`. Their `persona`
-column is the persona the chosen branch's first directive named. Directive pairs, for DPO, are the
-same pairs' first directives (parsed, as JSON in the schema's key order), to the Director's prompt
-at that state; a branch whose first directive was the fallback has no directive the Director
-wrote, so its pairs give no directive pair.
+state, every two trajectories whose group scores differ by at least `stage2.margin`. Their
+`persona` column is the persona the chosen trajectory's first directive named. Directive pairs,
+for DPO, are the same pairs' first directives (parsed, as JSON in the schema's key order), to the
+Director's prompt at that state; a trajectory whose first directive was the fallback has no
+directive the Director wrote, so its pairs give no directive pair.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from mascot.artifacts import Artifact, write_parquet
 from mascot.config import Stage2Config
 from mascot.dialogue.directives import director_messages
 from mascot.dialogue.episodes import directive_json
-from mascot.dialogue.turns import Turn
+from mascot.dialogue.turns import Turn, opening_query
 from mascot.judges.group import BlockItem
 from mascot.judges.panel import PanelSpec, aggregate_scores, check_failure_rate, judgments_frame, make_panel
 from mascot.llm import request_batch, shared_cache
@@ -33,7 +34,7 @@ from mascot.progress import cache_hits, shard_progress
 from mascot.prompts import render
 from mascot.roster import Roster
 from mascot.stage1.pairs import build_preference_pairs
-from mascot.stage2.branching import read_states
+from mascot.stage2.branching import Setting, read_states
 
 MESSAGES = pl.List(pl.Struct({"role": pl.String, "content": pl.String}))
 
@@ -44,23 +45,23 @@ def _label(turn: Turn, roster: Roster) -> str:
 
 def trajectory_prompt(roster: Roster, state: list[Turn]) -> list[dict[str, str]]:
     turns = [{"speaker": _label(t, roster), "text": t.text} for t in state]
-    return [{"role": "user", "content": render("trajectory.j2", personas=roster.active, turns=turns)}]
+    return [{"role": "user", "content": render("trajectory.j2", personas=roster.active, turns=turns,
+                                               query=opening_query(state))}]
 
 
-def block_text(roster: Roster, block: list[Turn]) -> str:
-    return "\n".join(f"{_label(t, roster)}: {t.text}" for t in block)
+def trajectory_text(roster: Roster, trajectory: list[Turn]) -> str:
+    return "\n".join(f"{_label(t, roster)}: {t.text}" for t in trajectory)
 
 
-def judge_blocks(panel: PanelSpec, roster: Roster, seed: int, episodes: Artifact, contexts: Artifact, requests: Path,
-                 out: Path) -> Artifact:
-    """Every group judge scores every branch's block; failures are recorded, never scored."""
-    cache = shared_cache(requests)
+def judge_trajectories(panel: PanelSpec, setting: Setting, episodes: Artifact, out: Path) -> Artifact:
+    """Every group judge scores every trajectory; failures are recorded, never scored."""
+    cache = shared_cache(setting.requests)
     judges = make_panel(panel, cache=cache)
-    items = [BlockItem(state.id, branch, state.context, roster, state.state, block)
-             for state in read_states(episodes, contexts) for branch, block in state.branches.items()]
+    items = [BlockItem(state.id, branch, state.context, setting.roster, state.state, trajectory)
+             for state in read_states(episodes, setting.contexts) for branch, trajectory in state.branches.items()]
     with shard_progress(f"judging {out.stem}", len(items) * len(judges.judges), cache_hits(cache)) as row, \
             request_batch():
-        judgments = asyncio.run(judges.judge_all(items, seed, on_start=row.started, on_done=lambda _: row.finished()))
+        judgments = asyncio.run(judges.judge_all(items, setting.seed, on_start=row.started, on_done=lambda _: row.finished()))
     return write_parquet(judgments_frame(judgments, panel.rubric), out)
 
 
@@ -70,20 +71,20 @@ def build_group_pairs(stage2: Stage2Config, roster: Roster, episodes: Artifact, 
     judged = judgments.read_parquet()
     check_failure_rate(judged, stage2.max_judge_failure_rate)
     states = {state.id: state for state in read_states(episodes, contexts)}
-    blocks = pl.DataFrame(
-        [{"query_id": state.id, "candidate_idx": branch, "persona": block[0].speaker,
-          "text": block_text(roster, block), "directive": directive_json(block[0].directive),
-          "fallback": block[0].fallback}
-         for state in states.values() for branch, block in state.branches.items()],
+    trajectories = pl.DataFrame(
+        [{"query_id": state.id, "candidate_idx": branch, "persona": turns[0].speaker,
+          "text": trajectory_text(roster, turns), "directive": directive_json(turns[0].directive),
+          "fallback": turns[0].fallback}
+         for state in states.values() for branch, turns in state.branches.items()],
         schema={"query_id": pl.String, "candidate_idx": pl.Int64, "persona": pl.String, "text": pl.String,
                 "directive": pl.String, "fallback": pl.Boolean})
-    pairs = build_preference_pairs(blocks, aggregate_scores(judged, stage2.aggregation), margin=stage2.margin)
+    pairs = build_preference_pairs(trajectories, aggregate_scores(judged, stage2.aggregation), margin=stage2.margin)
     prompts = pl.DataFrame(
         {"query_id": list(states),
          "prompt": [trajectory_prompt(roster, s.state) for s in states.values()],
          "director_prompt": [director_messages(roster, s.state) for s in states.values()]},
         schema={"query_id": pl.String, "prompt": MESSAGES, "director_prompt": MESSAGES})
-    first = blocks.select("query_id", "candidate_idx", "directive", "fallback")
+    first = trajectories.select("query_id", "candidate_idx", "directive", "fallback")
     pairs = (
         pairs.join(prompts, on="query_id", how="left", maintain_order="left")
         .join(first.rename({"candidate_idx": "chosen_idx", "directive": "chosen_directive",

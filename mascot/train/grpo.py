@@ -34,14 +34,50 @@ from mascot.train.runtime import (
 RewardFunction = Callable[..., list[float]]
 
 
+class PolicySnapshots:
+    """The policy being trained, as an adapter folder per optimisation step, so that reward functions can
+    sample from it in this process (multi-turn rollouts where the policy acts again).
+
+    `current()` writes the adapter as it stands at the trainer's step, once per step; the previous
+    step's folder is removed and its loaded copy released. The folder is part of the in-process
+    backend's cache key (its files' digest), so requests of one step never answer another's.
+    """
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.trainer: Any = None  # set by train_grpo_policy
+        self._current: Path | None = None
+
+    def current(self) -> Path:
+        if self.trainer is None:
+            raise RuntimeError("PolicySnapshots.current() is only available while train_grpo_policy runs")
+        path = self.folder / f"step-{self.trainer.state.global_step:06d}"
+        if path != self._current:
+            with quiet_transformers(), atomic_dir(path) as staging:
+                self.trainer.model.save_pretrained(str(staging))
+                normalize_adapter_config(staging)
+            if self._current is not None:
+                release_policy(self._current)
+            self._current = path
+        return path
+
+
+def release_policy(adapter: Path) -> None:
+    from mascot.llm.transformers_backend import unload_adapter
+
+    unload_adapter(str(adapter))
+    shutil.rmtree(adapter, ignore_errors=True)
+
+
 def train_grpo_policy(config: GRPOPolicyConfig, prompts: list[dict[str, Any]], rewards: Sequence[RewardFunction],
                       weights: Sequence[float], out: Path, checkpoints: Path, *, name: str,
-                      details: dict[str, Any] | None = None) -> Artifact:
+                      details: dict[str, Any] | None = None, snapshots: PolicySnapshots | None = None) -> Artifact:
     """GRPO on `prompts` (TRL's conversational prompt-only records), resuming from `checkpoints`.
 
     Writes the adapter and metrics.json (trainable parameters, steps, the per-step log) to `out`;
     `details` joins the metrics' `training` entry. `checkpoints` must be a folder of these inputs
     only (`mascot.train.runtime.checkpoint_dir`), so that a retry resumes and a change starts afresh.
+    `snapshots`, when given, follow the trainer's policy for the reward functions.
     """
     require_torch()
     from datasets import Dataset
@@ -69,6 +105,8 @@ def train_grpo_policy(config: GRPOPolicyConfig, prompts: list[dict[str, Any]], r
             model=config.model, args=args, train_dataset=Dataset.from_list(prompts), reward_funcs=list(rewards),
             processing_class=tokenizer, peft_config=peft_lora_config(config.lora), callbacks=wandb_callbacks(name),
         )
+    if snapshots is not None:
+        snapshots.trainer = trainer
     metrics_on_progress_bar(trainer, ["reward", "reward_std", "kl"])
     parameters = count_trainable_parameters(trainer.model)
     resume = train_resuming(trainer, checkpoints)

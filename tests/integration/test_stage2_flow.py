@@ -54,7 +54,7 @@ def http_stage2_config(folder: Path, chat: str) -> Path:
     stage2 = config["stage2"]
     stage2.update(director=backend(chat, 40), speaker=backend(chat), user=backend(chat),
                   judges=[{"kind": "llm", "name": "sim-group-judge", "backend": backend(chat, 40)}])
-    stage2["episodes"].update(branches=3, contexts_per_shard=1)
+    stage2["episodes"].update(branches=3, states=2, trajectory_blocks=2, contexts_per_shard=1)
     train = config["train"]
     train["group_rm"].update(epochs=1, save_steps=2)
     train["director"].update(max_steps=2, batch_size=4, num_generations=2, max_completion_length=16, save_steps=1)
@@ -108,12 +108,13 @@ def test_stage2_over_http_survives_a_sigkill_resumes_without_paying_twice_and_tr
         episodes = pl.read_parquet(root / "stage2" / "episodes.parquet")
         assert episodes["episode_id"].n_unique() == 6 and not episodes["fallback"].any()
         group = pl.read_parquet(root / "stage2" / "judgments.parquet")
-        assert group["ok"].all() and group.height == 6 * 3  # the LLM group judge's success path
+        assert group["ok"].all() and group.height == 6 * 2 * 3  # the LLM group judge's success path
         assert pl.read_parquet(root / "stage2" / "pairs.parquet").height > 0
         report = (root / "stage2" / "report.md").read_text()
         summary = json.loads((root / "stage2" / "summary.json").read_text())
         for section in ("Valid directives", "## Group reward model", "Held-out pair accuracy",
-                        "## The Director before and after training", "Directive validity: base", "Reward signal:"):
+                        "## The Director before and after training", "Directive validity (first directive): base",
+                        "Reward signal:", "Mode `trajectory`: each sampled directive opens a trajectory of 2 block(s)"):
             assert section in report, section
         assert summary["director_method"] == "grpo" and summary["directives"]["fallbacks"] == 0
         assert summary["director_eval"]["validity"]["base"]["n"] > 0

@@ -1,12 +1,16 @@
-"""The branching episode generator, against a loopback OpenAI-compatible server with structured output.
+"""The branching episode generator and the Director's trajectory rollouts, against loopback OpenAI-compatible
+servers with structured output.
 
-The server counts every request, so sharing the prefix "by request" is read from outside: no request
-body arrives twice, and the count is exactly the prefix once plus each branch's own turns.
+The servers keep every request body they receive, so what is shared, and who was asked, is read from
+outside: no request body arrives twice, each branch's first request carries the state's turns byte for
+byte, and the policy's server receives every later directive of a rollout while the base Director's
+receives none.
 """
 
 from __future__ import annotations
 
-import httpx
+import json
+
 import polars as pl
 import pytest
 from chat_server import make_app
@@ -15,101 +19,170 @@ from test_cli import REPO
 
 from mascot.config import BackendConfig, DataConfig, EpisodeConfig
 from mascot.data.contexts import write_contexts
-from mascot.dialogue.turns import opening_turns
+from mascot.dialogue.directives import director_messages
+from mascot.dialogue.episodes import directive_json
+from mascot.dialogue.turns import Directive, opening_turns
 from mascot.roster import load_roster, load_user_profiles
-from mascot.stage2.branching import CastSpec, Contexts, generate_shard, read_states
+from mascot.stage2.branching import CastSpec, Setting, generate_shard, read_states
 
 ROSTER = load_roster(REPO / "configs" / "rosters" / "emotional_support.yaml")
-EPISODES = EpisodeConfig(block_turns=2, prefix_blocks=1, branches=3, max_directive_attempts=2)
+EPISODES = EpisodeConfig(block_turns=2, prefix_blocks=1, states=2, trajectory_blocks=2, branches=3,
+                         max_directive_attempts=2)
 CONTEXTS = 2
 LIMIT = 4  # requests in flight, for every role together: they share one server and model
 
 
+class Server:
+    def __init__(self, app, url: str):
+        self.app, self.url = app, url
+
+    def reset(self) -> None:
+        self.app.state.stats = type(self.app.state.stats)()
+
+    @property
+    def stats(self):
+        return self.app.state.stats
+
+    def bodies(self) -> list[dict]:
+        return [json.loads(body) for body in self.stats.seen]
+
+
 @pytest.fixture(scope="module")
 def chat():
-    with serve(make_app(seconds_per_token=0.001)) as url:
-        yield url
+    app = make_app(seconds_per_token=0.001)
+    with serve(app) as url:
+        yield Server(app, url)
 
 
-def cast(chat: str) -> CastSpec:
-    backend = BackendConfig(kind="openai", model="sim-chat", base_url=f"{chat}/v1", max_concurrency=LIMIT,
-                            params={"max_new_tokens": 6})
+@pytest.fixture(scope="module")
+def policy_server():
+    app = make_app(seconds_per_token=0.001)
+    with serve(app) as url:
+        yield Server(app, url)
+
+
+def backend(server: Server) -> BackendConfig:
+    return BackendConfig(kind="openai", model="sim-chat", base_url=f"{server.url}/v1", max_concurrency=LIMIT,
+                         params={"max_new_tokens": 6})
+
+
+def setting(chat: Server, folder, episodes: EpisodeConfig = EPISODES) -> Setting:
     users = load_user_profiles(REPO / "configs" / "users" / "big_five.yaml").profiles
-    return CastSpec(roster=ROSTER, director=backend, speaker=backend, user=backend, profiles=users,
-                    max_directive_attempts=EPISODES.max_directive_attempts)
-
-
-def contexts(folder):
+    cast = CastSpec(roster=ROSTER, director=backend(chat), speaker=backend(chat), user=backend(chat), profiles=users,
+                    max_directive_attempts=episodes.max_directive_attempts)
     data = DataConfig.model_validate({
         "domain": "emotional_support", "roster": REPO / "configs" / "rosters" / "emotional_support.yaml",
         "corpus": {"source": "empathetic_dialogues", "path": "samples:empathetic_dialogues", "limit": CONTEXTS}})
-    artifact = write_contexts(data, 0, folder / "contexts.parquet")
-    return Contexts(contexts=artifact, ids=artifact.read_parquet()["context_id"].to_list())
+    contexts = write_contexts(data, 0, folder / "contexts.parquet")
+    return Setting(cast=cast, episodes=episodes, seed=0, contexts=contexts, requests=folder / "requests.sqlite")
 
 
-def test_branches_share_their_prefix_byte_for_byte_and_by_request(tmp_path, chat):
-    shard = contexts(tmp_path)
-    httpx.post(f"{chat}/stats/reset")
-    episodes = generate_shard(cast(chat), EPISODES, 0, shard, tmp_path / "requests.sqlite", tmp_path / "episodes.parquet")
-    seen = httpx.get(f"{chat}/stats").json()
+def ids(setting: Setting) -> list[str]:
+    return setting.contexts.read_parquet()["context_id"].to_list()
+
+
+def test_branches_share_their_state_byte_for_byte_and_by_request(tmp_path, chat):
+    shard = setting(chat, tmp_path)
+    chat.reset()
+    episodes = generate_shard(shard, ids(shard), tmp_path / "episodes.parquet")
+    seen = chat.stats
     # Structured output keeps every directive valid at the first attempt: a Director and a Speaker request per
-    # companion turn, a request per user turn. The prefix (2 companion turns, 1 user turn) is asked once.
-    per_episode = (2 * 2 + 1) + EPISODES.branches * (2 * 2)
-    assert seen["requests"] == CONTEXTS * per_episode and seen["repeated"] == 0, seen
-    # Episodes, and the branches of one, are in flight together, under the backend's one limit.
-    assert seen["max_in_flight"] == LIMIT, seen
+    # companion turn, a request per user turn. The main line (2 blocks, each 2 companion turns and the user's) is
+    # asked once; each of the 2 states' 3 trajectories plays 2 such blocks.
+    per_block = 2 * 2 + 1
+    per_episode = 2 * per_block + EPISODES.states * EPISODES.branches * 2 * per_block
+    assert seen.requests == CONTEXTS * per_episode and seen.repeated == 0, seen.report()
+    # Episodes, their states and the branches of one are in flight together, under the backend's one limit.
+    assert seen.max_in_flight == LIMIT, seen.report()
 
+    by_seed = {body["seed"]: body for body in chat.bodies()}
     frame = episodes.read_parquet()
     states = read_states(episodes, shard.contexts)
-    assert len(states) == CONTEXTS
+    assert len(states) == CONTEXTS * EPISODES.states
     for state in states:
-        prefix = frame.filter(pl.col("state_id") == state.id, pl.col("branch").is_null())
-        assert prefix.height == 3 and prefix["role"].to_list() == ["companion", "companion", "user"]
-        assert sorted(state.branches) == [0, 1, 2] and all(len(block) == 2 for block in state.branches.values())
-        # Every branch continues the very same state: it starts right after the prefix's last turn.
-        starts = frame.filter(pl.col("state_id") == state.id, pl.col("branch").is_not_null()) \
-            .group_by("branch").agg(pl.col("turn_idx").min())["turn_idx"].unique().to_list()
-        assert starts == [len(opening_turns(state.context)) + 3]
+        opening = len(opening_turns(state.context))
+        assert len(state.state) - opening in (3, 6)  # after the first block, then after the second
         assert state.id == f"{state.context.id}|t{len(state.state)}"
+        assert sorted(state.branches) == [0, 1, 2]
+        for trajectory in state.branches.values():
+            assert [t.role for t in trajectory] == ["companion", "companion", "user"] * 2
+        # Every branch continues the very same state: its first request, the Director's at the branch point,
+        # carries the state's turns, byte for byte, in the prompt that reached the server.
+        for trajectory in state.branches.values():
+            sent = by_seed[trajectory[0].director_seed]["messages"]
+            assert sent == director_messages(ROSTER, state.state)
+            content = sent[-1]["content"]
+            positions = [content.index(f"{turn.speaker}: {turn.text}") for turn in state.state[opening:]]
+            assert positions == sorted(positions)
         # Branches differ after the branch point (their own seeds), and name speakers of the roster.
-        firsts = [block[0] for block in state.branches.values()]
+        firsts = [trajectory[0] for trajectory in state.branches.values()]
         assert len({(t.seed, t.director_seed) for t in firsts}) == EPISODES.branches
-        assert {t.speaker for block in state.branches.values() for t in block} <= {p.id for p in ROSTER.active}
-        assert not any(t.fallback for block in state.branches.values() for t in block)
+        assert {t.speaker for trajectory in state.branches.values() for t in trajectory
+                if t.role == "companion"} <= {p.id for p in ROSTER.active}
+        assert not any(t.fallback for trajectory in state.branches.values() for t in trajectory)
+    # The main line is stored once per episode, and the states are prefixes of it.
+    line = frame.filter(pl.col("branch").is_null())
+    assert line["state_id"].is_null().all() and line.height == CONTEXTS * 2 * 3
     assert frame["user_profile"].is_not_null().all()  # a Big Five profile of the domain plays the user
 
     # Asked again, every request is answered by the request cache and the file is the same, byte for byte.
-    again = generate_shard(cast(chat), EPISODES, 0, shard, tmp_path / "requests.sqlite", tmp_path / "again.parquet")
-    assert httpx.get(f"{chat}/stats").json()["requests"] == seen["requests"]
+    again = generate_shard(shard, ids(shard), tmp_path / "again.parquet")
+    assert chat.stats.requests == seen.requests
     assert again.sha256 == episodes.sha256
 
 
-def test_the_directors_reward_is_the_mean_of_its_rollouts_all_in_flight_and_seeded_by_draw(tmp_path, chat, tiny_models):
-    from mascot.config import DirectorConfig
-    from mascot.dialogue.episodes import directive_json
-    from mascot.dialogue.turns import Directive
-    from mascot.stage2.director import GroupRMReward
+def test_block_mode_branches_one_block_without_the_users_turn(tmp_path, chat):
+    block = EpisodeConfig(block_turns=2, prefix_blocks=1, states=1, mode="block", branches=2)
+    shard = setting(chat, tmp_path, block)
+    states = read_states(generate_shard(shard, ids(shard), tmp_path / "episodes.parquet"), shard.contexts)
+    assert all([t.role for t in trajectory] == ["companion", "companion"]
+               for state in states for trajectory in state.branches.values())
+    with pytest.raises(ValueError, match="trajectory_blocks must be 1"):
+        EpisodeConfig(mode="block", trajectory_blocks=2)
 
-    shard = contexts(tmp_path)
-    requests = tmp_path / "requests.sqlite"
-    states = read_states(generate_shard(cast(chat), EPISODES, 0, shard, requests, tmp_path / "episodes.parquet"),
-                         shard.contexts)
-    config = DirectorConfig(model="tiny:lm", use_cpu=True, rollouts=3)
-    reward = GroupRMReward(cast(chat), states, tiny_models.rm, config, EPISODES.block_turns, 0, requests)
+
+def test_in_a_rollout_the_policy_makes_every_later_directive_and_the_reward_is_the_mean_of_its_rollouts(
+        tmp_path, chat, policy_server, tiny_models):
+    from mascot.stage2.director import TrajectoryReward, TrajectoryRollouts
+
+    shard = setting(chat, tmp_path)
+    states = read_states(generate_shard(shard, ids(shard), tmp_path / "episodes.parquet"), shard.contexts)
+    rollouts = TrajectoryRollouts(shard, states, tiny_models.rm, "cpu")
     texts = [directive_json(Directive(next_speaker=speaker, instruction="Say what you notice."))
-             for speaker in ("anchor", "catalyst")]
-    ids = [states[0].id] * 2
-    httpx.post(f"{chat}/stats/reset")
-    draws = reward.rollouts(ids, texts, 3)
-    seen = httpx.get(f"{chat}/stats").json()
-    assert len(draws) == 3 and all(len(blocks) == 2 and all(len(b) == 2 for b in blocks) for blocks in draws)
-    # Every draw of every directive is in flight together (no barrier between draws), none asked twice.
-    assert seen["max_in_flight"] == LIMIT and seen["repeated"] == 0, seen
+             for speaker in ("anchor", "catalyst")] + ["not a directive"]
+    state_ids = [states[0].id] * 3
+    chat.reset()
+    policy_server.reset()
+    draws = rollouts.play(state_ids, texts, 3, backend(policy_server))
+    assert len(draws) == 3 and all(len(trajectories) == 3 for trajectories in draws)
+    # The sampled directive opens each rollout (an invalid one is the flagged fallback, not retried); the policy's
+    # server answers every later directive, one request each (read as written), and the base Director none.
+    directors_turns = 2 * 2 - 1
+    policy_requests = policy_server.bodies()
+    assert len(policy_requests) == 3 * 3 * directors_turns and policy_server.stats.repeated == 0
+    assert all(body.get("response_format") for body in policy_requests)
+    assert not [body for body in chat.bodies() if body.get("response_format")]
+    assert chat.stats.requests == 3 * 3 * (2 * 2 + 2) and chat.stats.repeated == 0  # Speaker and user turns
+    # Every draw of every directive is in flight together (no barrier between draws).
+    assert chat.stats.max_in_flight == LIMIT, chat.stats.report()
     for i, speaker in enumerate(("anchor", "catalyst")):
-        assert {blocks[i][0].speaker for blocks in draws} == {speaker}
-        assert len({blocks[i][0].seed for blocks in draws}) == 3  # each draw its own seed
-    # Draw 0 is what one rollout gives: the training's rollout when `rollouts` is 1.
-    assert reward.rollouts(ids, texts, 1)[0] == draws[0]
-    scores = reward.score(ids, draws)
+        assert {trajectories[i][0].speaker for trajectories in draws} == {speaker}
+        assert len({trajectories[i][0].seed for trajectories in draws}) == 3  # each draw its own seed
+    # Within a draw, the directives of one state meet the same random numbers: turn for turn, the same seeds.
+    for trajectories in draws:
+        assert len({tuple(turn.seed for turn in trajectory) for trajectory in trajectories}) == 1
+    assert all(trajectories[2][0].fallback for trajectories in draws)
+
+    reward = TrajectoryReward(rollouts, 3, lambda: backend(policy_server))
+    group, format_ = reward.functions
     completions = [[{"role": "assistant", "content": text}] for text in texts]
-    assert reward([], completions, state_id=ids) == pytest.approx([sum(s) / 3 for s in scores])
+    scores = rollouts.score(state_ids, draws)
+    requests = policy_server.stats.requests
+    assert group([], completions, state_id=state_ids) == pytest.approx([sum(s) / 3 for s in scores])
+    # The format term reads the same rollouts: no request is made for it.
+    shares = format_([], completions, state_id=state_ids)
+    assert policy_server.stats.requests == requests
+    policy_valid = [[not t.fallback for t in trajectories[i] if t.role == "companion"]
+                    for trajectories in draws for i in range(3)]
+    assert all(valid[1:] == [True] * directors_turns for valid in policy_valid)  # structured output: all valid
+    assert shares == pytest.approx([1.0, 1.0, directors_turns / (directors_turns + 1)])

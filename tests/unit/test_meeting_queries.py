@@ -25,6 +25,7 @@ from mascot.judges.llm_judge import judge_messages
 from mascot.prompts import speaker_messages
 from mascot.roster import BigFive, Persona, Roster, UserProfile, load_roster
 from mascot.rubrics import Rubric, load_rubric
+from mascot.stage2.trajectories import trajectory_prompt
 
 MEETINGS = load_roster(REPO / "configs" / "rosters" / "meetings.yaml")
 RUBRIC = load_rubric(REPO / "configs" / "rubrics" / "meetings.yaml")
@@ -96,6 +97,7 @@ def _all_prompts(context: Context) -> dict[str, list[dict[str, str]]]:
         "user": user_messages(None, MEETINGS, context, episode),
         "judge": judge_messages(RUBRIC, JudgeItem("q", 0, context, SCRIBE, "The group discussed the recordings.")),
         "group_judge": group_judge_messages(GROUP_RUBRIC, BlockItem("s", 0, context, MEETINGS, opening, episode[-2:])),
+        "group_rm": trajectory_prompt(MEETINGS, episode),
     }
 
 
@@ -114,6 +116,9 @@ def test_every_role_sees_the_query(meeting):
         system, user = prompts[role]
         assert "inside <query> tags" in system["content"], role
         assert f"<query>\n{query}\n</query>" in user["content"], role
+    group_rm = prompts["group_rm"][0]["content"]  # the group reward model reads what the group judge read
+    assert "this question about the meeting: " + query in group_rm
+    assert group_rm.index(query) < group_rm.index("The conversation so far")
 
 
 def test_the_answers_never_reach_a_prompt(meeting):
@@ -181,6 +186,7 @@ ES_DIGESTS = {
     "user": "41ce5623f6f6870078c489fdbad3a39da684f5e22b7dd2f74c65cf14244fc95b",
     "judge": "b6991f92c7b39210b755b55c6c685609cdb5ad5d87f2a7d3ee2cbeca1e761cee",
     "group_judge": "73917cc7a75c104b89436616988d01e26c3d37b39ede406371b41341d30e0419",
+    "group_rm": "0518bc4361a790ae68ff6437a5d38a8137e7c9f3a9fecd69c0669087d892d88c",
 }
 
 
@@ -195,6 +201,7 @@ def test_emotional_support_prompts_are_unchanged_byte_for_byte():
         "judge": judge_messages(ES_RUBRIC, JudgeItem("c1|warm", 0, ES_CONTEXT, warm, "That is a real loss.")),
         "group_judge": group_judge_messages(ES_RUBRIC, BlockItem("c1|t1", 0, ES_CONTEXT, ES_ROSTER, ES_TURNS[:4],
                                                                  ES_TURNS[4:])),
+        "group_rm": trajectory_prompt(ES_ROSTER, ES_TURNS),
     }
     for role, messages in prompts.items():
         digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()

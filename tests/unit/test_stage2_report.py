@@ -50,9 +50,10 @@ def test_directive_validity_and_fallbacks_are_counted_with_intervals_and_no_pair
     assert "Trajectory pairs: 0 from 0 of 4 states" in text
 
 
-def test_the_director_before_after_gives_each_score_and_validity_its_n_and_interval():
+def test_the_director_before_after_gives_each_score_and_validity_its_n_and_an_interval_over_contexts():
+    # 6 states of 3 contexts, two states each: intervals resample the contexts.
     samples = pl.DataFrame({
-        "state_id": [f"s{i}" for i in range(6) for _ in range(2)] * 2,
+        "state_id": [f"c{i // 2}|t{3 + 3 * (i % 2)}" for i in range(6) for _ in range(2)] * 2,
         "policy": ["base"] * 12 + ["director"] * 12, "sample_idx": [0, 1] * 12,
         "reward": [0.1] * 12 + [0.3, 0.5] * 6, "group_rm": [0.1] * 12 + [0.2] * 12,
         "format": [0.0, 1.0] * 6 + [1.0] * 12, "valid": [False, True] * 6 + [True] * 12,
@@ -60,23 +61,32 @@ def test_the_director_before_after_gives_each_score_and_validity_its_n_and_inter
     metrics = director_metrics(samples, BeforeAfterConfig(bootstrap_resamples=200), seed=0)
     assert metrics["states"] == 6 and metrics["fallbacks"] == {"base": 6, "director": 0}
     assert metrics["validity"]["base"]["value"] == 0.5 and metrics["validity"]["director"]["value"] == 1.0
-    assert metrics["scores"]["group_rm"]["difference"]["n"] == 6
+    assert metrics["contexts"] == 3 and metrics["scores"]["group_rm"]["difference"]["n"] == 6
+    assert metrics["scores"]["group_rm"]["by_context"]["clusters"] == 3
     text = "\n".join(director_eval_markdown(metrics))
-    assert "| group_rm | 6 |" in text and "+0.100" in text
-    assert "Directive validity: base 50.0% [" in text and "(n=12 from 6 clusters)" in text
+    assert "6 held-out states of 3 held-out contexts" in text
+    assert "| group_rm | 6 | 3 |" in text and "+0.100 [+0.100, +0.100]" in text
+    assert "Directive validity (first directive): base 50.0% [" in text and "(n=12 from 3 clusters)" in text
     assert metrics["signal"]["rollout_sd"] is None and "Reward signal" not in text  # one rollout: no split
 
 
 def test_the_reward_signal_separates_the_rollouts_noise_from_the_spread_between_directives():
-    # Two states, two directives each; each directive's two rollouts lie 0.1 either side of its mean.
-    means = {("s0", 0): 0.0, ("s0", 1): 1.0, ("s1", 0): 2.0, ("s1", 1): 3.0}
-    samples = pl.DataFrame({"state_id": [s for s, _ in means], "sample_idx": [i for _, i in means],
-                            "group_rm": list(means.values()),
-                            "group_rm_rollouts": [[m - 0.1, m + 0.1] for m in means.values()]})
+    # Two states, two directives each, two draws. Directive effects 0 and 1 per state; each draw moves every
+    # directive of a state alike (±0.1, shared seeds), and an interaction of ±0.05 does not cancel between them.
+    effects = {("s0", 0): 0.0, ("s0", 1): 1.0, ("s1", 0): 2.0, ("s1", 1): 3.0}
+    rollouts = [[m - 0.1 + (0.05 if i == 0 else -0.05), m + 0.1 - (0.05 if i == 0 else -0.05)]
+                for (_, i), m in effects.items()]
+    samples = pl.DataFrame({"state_id": [s for s, _ in effects], "sample_idx": [i for _, i in effects],
+                            "group_rm": [sum(r) / 2 for r in rollouts], "group_rm_rollouts": rollouts})
     signal = reward_signal(samples)
     assert signal["rollouts"] == 2 and signal["directives"] == 4 and signal["states"] == 2
-    # Within a directive: variance 0.02. Between the directives of a state: 0.5, of which 0.02 / 2 is noise.
-    assert signal["rollout_sd"] == pytest.approx(0.02 ** 0.5)
-    assert signal["directive_sd"] == pytest.approx(0.49 ** 0.5)
+    # Within a directive, its two rollouts differ by 0.1 or 0.3: variances 0.005 and 0.045, pooled 0.025.
+    assert signal["rollout_sd"] == pytest.approx(0.025 ** 0.5)
+    assert signal["unshared_sd"] == pytest.approx(0.01 ** 0.5)
+    # Between the directives of a state: 0.5; the interaction's variance is 0.01, of which a mean of 2 keeps half.
+    assert signal["directive_sd"] == pytest.approx(0.495 ** 0.5)
+    # The shared part of the noise is not subtracted: without the interaction, the spread is all directive.
+    shared = samples.with_columns(group_rm_rollouts=pl.Series([[m - 0.1, m + 0.1] for m in effects.values()]))
+    assert reward_signal(shared)["directive_sd"] == pytest.approx(0.5 ** 0.5)
     same = samples.with_columns(group_rm=pl.lit(0.5), group_rm_rollouts=pl.lit([0.4, 0.6]))
-    assert reward_signal(same)["directive_sd"] == 0.0  # spread no wider than the noise: nothing to learn
+    assert reward_signal(same)["directive_sd"] == 0.0  # no spread between directives: nothing to learn
