@@ -122,9 +122,12 @@ class TrajectoryReward:
         self._terms: dict[str, list[float]] = {}
 
     def _term(self, name: str, completions: list[Messages | str], state_id: list[str]) -> list[float]:
-        batch = (tuple(state_id), tuple(_text(c) for c in completions))
+        policy = self.policy()
+        texts = [_text(c) for c in completions]
+        # The same batch under the same policy (this optimisation step's snapshot) is played once.
+        batch = (tuple(state_id), tuple(texts), policy.model_dump_json() if policy else None)
         if batch != self._batch:
-            self._terms = self.rollouts.terms(list(batch[0]), list(batch[1]), self.draws, self.policy())
+            self._terms = self.rollouts.terms(state_id, texts, self.draws, policy)
             self._batch = batch
         return self._terms[name]
 
