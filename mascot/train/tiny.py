@@ -145,9 +145,22 @@ def _section_at(config: RunConfig, loc: tuple):
     return section
 
 
-def _training_dialogues() -> list[list[dict]]:
+@dataclass(frozen=True)
+class Example:
+    """A warm-start dialogue, and whether its prompt is learned too or only its last (assistant) message."""
+
+    messages: list[dict]
+    learn_prompt: bool
+
+
+def _training_examples() -> list[Example]:
     """Stage 1-shaped examples: a persona's speaker prompt, the context, then a real next turn; and
     Stage 2-shaped ones: the Director's prompt over the context, then a directive.
+
+    A Speaker example is learned whole: its context is the dialogue text whose register the model
+    samples. A directive example is learned on its directive only: the Director's prompt is a long
+    template that the model never writes, and learning it too left the model writing almost no valid
+    directive after 300 steps (8% of samples, against 66% with the directive alone).
 
     Empathetic Dialogues contexts are answered by the listener turn that followed them; a meeting
     window is answered by its own last turn. Personas take turns in roster order, so the tiny model
@@ -158,7 +171,7 @@ def _training_dialogues() -> list[list[dict]]:
     if missing:
         raise FileNotFoundError(f"tiny models are built from the rosters in {ROSTERS_DIR}, which lacks a roster "
                                 f"for {sorted(missing)}; run from a clone of the repository")
-    dialogues = []
+    examples = []
     for source, folder in WARM_START_CORPORA:
         for index, context in enumerate(load_contexts(source, SAMPLES_DIR / folder, split="train")):
             personas = rosters[context.domain].active
@@ -168,7 +181,7 @@ def _training_dialogues() -> list[list[dict]]:
             if not history:
                 continue
             prompt = speaker_messages(personas[index % len(personas)], context.model_copy(update={"history": history}))
-            dialogues.append([*prompt, {"role": "assistant", "content": reply}])
+            examples.append(Example([*prompt, {"role": "assistant", "content": reply}], learn_prompt=True))
             # Directive-shaped examples over the opening and over the opening and a companion's reply, as
             # an episode's states look. A meeting window gives more: also over its shorter prefixes, each
             # twice, since the sample meetings are few, their prompts long and their persona ids long.
@@ -177,8 +190,9 @@ def _training_dialogues() -> list[list[dict]]:
             states = [opening, [*opening, Turn(speaker, reply)]]
             if context.domain == "meetings":
                 states = [*states, *(opening[:cut] for cut in range(2, len(opening), 3))] * 2
-            dialogues += [_directive_example(roster, turns, index + k) for k, turns in enumerate(states)]
-    return dialogues
+            examples += [Example(_directive_example(roster, turns, index + k), learn_prompt=False)
+                         for k, turns in enumerate(states)]
+    return examples
 
 
 def _directive_example(roster: Roster, turns: list[Turn], index: int) -> list[dict]:
@@ -194,11 +208,11 @@ def _directive_example(roster: Roster, turns: list[Turn], index: int) -> list[di
     return [*director_messages(roster, turns), {"role": "assistant", "content": directive}]
 
 
-def _build_tokenizer(spec: TinyModelSpec, dialogues: list[list[dict]]):
+def _build_tokenizer(spec: TinyModelSpec, examples: list[Example]):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    texts = [m["content"] for d in dialogues for m in d]
+    texts = [m["content"] for example in examples for m in example.messages]
     texts += [p.read_text(encoding="utf-8", errors="replace") for _, p in _shipped_files() if p.suffix in {".yaml", ".j2"}]
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -220,8 +234,8 @@ def _build(spec: TinyModelSpec, out: Path, progress: bool) -> None:
     )
 
     torch.manual_seed(spec.seed)
-    dialogues = _training_dialogues()
-    tokenizer = _build_tokenizer(spec, dialogues)
+    examples = _training_examples()
+    tokenizer = _build_tokenizer(spec, examples)
     config = Qwen3Config(
         vocab_size=len(tokenizer), hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
         num_hidden_layers=spec.num_hidden_layers, num_attention_heads=spec.num_attention_heads,
@@ -230,7 +244,7 @@ def _build(spec: TinyModelSpec, out: Path, progress: bool) -> None:
         bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
     )
     model = Qwen3ForCausalLM(config)
-    _warm_start(model, tokenizer, dialogues, spec, progress)
+    _warm_start(model, tokenizer, examples, spec, progress)
     model.generation_config = GenerationConfig(
         do_sample=True, temperature=1.0, top_p=0.95, max_new_tokens=64,
         # A reply ends at <|im_end|>; an undertrained model may instead open a new turn, which also ends it.
@@ -247,7 +261,7 @@ def _build(spec: TinyModelSpec, out: Path, progress: bool) -> None:
     tokenizer.save_pretrained(out / "rm")
 
 
-def _warm_start(model, tokenizer, dialogues: list[list[dict]], spec: TinyModelSpec, progress: bool) -> None:
+def _warm_start(model, tokenizer, examples: list[Example], spec: TinyModelSpec, progress: bool) -> None:
     """A few hundred language-model steps so samples are word-like rather than noise."""
     import torch
     from rich.progress import Progress
@@ -257,8 +271,13 @@ def _warm_start(model, tokenizer, dialogues: list[list[dict]], spec: TinyModelSp
     # Long enough for a Director's prompt over a meeting window; cut from the left beyond that.
     max_len = min(768, spec.max_position_embeddings)
     # Cut from the left: the reply at the end is what the model must learn to produce.
-    sequences = [torch.tensor(tokenizer.apply_chat_template(d, tokenize=True, return_dict=False)[-max_len:])
-                 for d in dialogues]
+    sequences, unlearned = [], []  # token ids, and how many leading ones carry no loss
+    for example in examples:
+        ids = tokenizer.apply_chat_template(example.messages, tokenize=True, return_dict=False)
+        sequences.append(torch.tensor(ids[-max_len:]))
+        prompt = 0 if example.learn_prompt else len(tokenizer.apply_chat_template(
+            example.messages[:-1], tokenize=True, return_dict=False, add_generation_prompt=True))
+        unlearned.append(max(prompt - max(len(ids) - max_len, 0), 0))
     generator = torch.Generator().manual_seed(spec.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=3e-3, total_steps=spec.warm_start_steps)
@@ -271,6 +290,8 @@ def _warm_start(model, tokenizer, dialogues: list[list[dict]], spec: TinyModelSp
                                                     padding_value=tokenizer.pad_token_id)
             attention = (batch != tokenizer.pad_token_id).long()
             labels = batch.masked_fill(attention == 0, -100)
+            for row, index in enumerate(batch_ids):
+                labels[row, :unlearned[index]] = -100
             loss = model(input_ids=batch, attention_mask=attention, labels=labels).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
