@@ -10,9 +10,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 MASCOT = str(Path(sys.executable).parent / "mascot")
-# The demo's tiny models warm-start for 600 steps (about 3 minutes); tests need models that load
-# and generate, not ones that write valid directives. conftest's `tiny_models` builds them once per
-# session with these steps, and every config written here names the same build.
+# Tests pin the tiny models' warm start (today the demo's too), so that a longer one for the demo
+# does not slow them down. conftest's `tiny_models` builds them once per session with these steps,
+# and every config written here names the same build.
 TEST_WARM_START = 300
 
 
