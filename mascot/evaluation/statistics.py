@@ -1,0 +1,103 @@
+"""The statistics of the evaluation: every number with its n, seeds, spread and interval.
+
+The unit of independence is the held-out context: one context's conversations (its seeds, its
+turns) share a history, so every interval resamples contexts, never replies or pairs. A system's
+score is first averaged within each context; comparisons pair two systems context by context.
+The paired test is Wilcoxon's signed-rank test over those per-context differences (no assumption
+that judge scores are normal), and the p-values of one comparison's metrics are Holm-corrected,
+since a comparison reports several metrics at once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+
+from mascot.stats import clustered_mean
+
+
+def per_context_means(values: Sequence[float | None], contexts: Sequence[str]) -> dict[str, float]:
+    """The mean of each context's values, skipping None (a metric undefined for that item)."""
+    grouped: dict[str, list[float]] = defaultdict(list)
+    for value, context in zip(values, contexts, strict=True):
+        if value is not None:
+            grouped[context].append(float(value))
+    return {context: float(np.mean(items)) for context, items in grouped.items()}
+
+
+def summarise(values: Sequence[float | None], contexts: Sequence[str], seeds: Sequence[int],
+              confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> dict:
+    """One system's metric: mean ± sd over items, n items, contexts and seeds, and a bootstrap
+    interval of the mean that resamples contexts. Items with no value (None) are counted apart."""
+    kept = [(float(v), c, s) for v, c, s in zip(values, contexts, seeds, strict=True) if v is not None]
+    result = clustered_mean([v for v, _, _ in kept], [c for _, c, _ in kept], confidence, resamples, seed)
+    array = np.asarray([v for v, _, _ in kept])
+    return {"mean": result["value"], "sd": float(array.std(ddof=1)) if array.size > 1 else None,
+            "n": result["n"], "contexts": result["clusters"], "seeds": len({s for _, _, s in kept}),
+            "undefined": len(values) - len(kept), "ci_low": result["ci_low"], "ci_high": result["ci_high"],
+            "confidence": confidence, "interval": "percentile bootstrap over contexts"}
+
+
+def paired_comparison(system: dict[str, float], baseline: dict[str, float], confidence: float = 0.95,
+                      resamples: int = 2000, seed: int = 0) -> dict:
+    """system - baseline over the contexts both have (per-context means): the mean difference, its
+    sd, a percentile bootstrap interval over contexts and Wilcoxon's signed-rank p-value."""
+    shared = sorted(system.keys() & baseline.keys())
+    differences = [system[c] - baseline[c] for c in shared]
+    interval = clustered_mean(differences, shared, confidence, resamples, seed)
+    result = {"mean": interval["value"], "sd": float(np.std(differences, ddof=1)) if len(shared) > 1 else None,
+              "contexts": len(shared), "ci_low": interval["ci_low"], "ci_high": interval["ci_high"],
+              "confidence": confidence, "interval": "percentile bootstrap over contexts",
+              "test": "Wilcoxon signed-rank over per-context differences", "p": None}
+    if any(differences):
+        from scipy.stats import wilcoxon
+
+        result["p"] = float(wilcoxon(differences).pvalue)
+    elif shared:
+        result["p"] = 1.0  # no context differs: nothing to reject, and scipy refuses all-zero input
+    return result
+
+
+def holm(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p-values, in the input's order (None stays None).
+
+    The i-th smallest of m p-values is multiplied by m - i (from 0), and the adjusted values are
+    made non-decreasing in that order, capped at 1."""
+    indexed = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    adjusted: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, (p, index) in enumerate(indexed):
+        running = max(running, min(1.0, (len(indexed) - rank) * p))
+        adjusted[index] = running
+    return adjusted
+
+
+def judge_agreement(scores: dict[str, dict[str, float]]) -> dict:
+    """Krippendorff's alpha (interval level) between judges: `scores[judge][item]`; items a judge
+    did not score are missing, not zero. None with fewer than two judges or two shared items."""
+    judges = sorted(scores)
+    items = sorted({item for by_item in scores.values() for item in by_item})
+    result = {"alpha": None, "judges": len(judges), "items": len(items), "level": "interval",
+              "method": "Krippendorff's alpha"}
+    if len(judges) < 2 or len(items) < 2:
+        return result
+    import krippendorff
+
+    matrix = np.array([[scores[j].get(item, np.nan) for item in items] for j in judges], dtype=float)
+    if np.nanstd(matrix) == 0:
+        return result  # every score the same: alpha is 0/0
+    result["alpha"] = float(krippendorff.alpha(reliability_data=matrix, level_of_measurement="interval"))
+    return result
+
+
+def win_rate(outcomes: Sequence[float], contexts: Sequence[str], confidence: float = 0.95,
+             resamples: int = 2000, seed: int = 0) -> dict:
+    """Wins (1), ties (0.5) and losses (0) of a system against a baseline: the counts, and the win
+    rate (ties count half) with a bootstrap interval over contexts."""
+    interval = clustered_mean(outcomes, contexts, confidence, resamples, seed)
+    return {"wins": sum(o == 1 for o in outcomes), "ties": sum(o == 0.5 for o in outcomes),
+            "losses": sum(o == 0 for o in outcomes), "n": len(outcomes), "contexts": interval["clusters"],
+            "win_rate": interval["value"], "ci_low": interval["ci_low"], "ci_high": interval["ci_high"],
+            "confidence": confidence, "interval": "percentile bootstrap over contexts"}
