@@ -91,6 +91,8 @@ def file_problems(document: YamlDocument, config: RunConfig, rubric_problem: Rub
     problems += _rubric_problems(document, config, "stage1", config.stage1, rubric_problem)
     if config.stage2 is not None:
         problems += _rubric_problems(document, config, "stage2", config.stage2, rubric_problem)
+    if config.eval is not None:
+        problems += _eval_problems(document, config, rubric_problem)
     for loc, corpus in [(("data", "corpus"), config.data.corpus),
                         *((("data", "held_out", i), c) for i, c in enumerate(config.data.held_out))]:
         problem = _corpus_problem(document, (*loc, "path"), corpus)
@@ -120,6 +122,33 @@ def _rubric_problems(document: YamlDocument, config: RunConfig, stage: str, sect
     return problems
 
 
+def _eval_problems(document: YamlDocument, config: RunConfig, rubric_problem: RubricProblem | None) -> list[Problem]:
+    """The assistant roster is one persona of the domain; each evaluation panel can score its rubric."""
+    problems: list[Problem] = []
+    evaluation, domain = config.eval, config.data.domain
+    assistant = _load(problems, document, ("eval", "assistant"), evaluation.assistant, load_roster)
+    if assistant is not None and (assistant.domain != domain or len(assistant.active) != 1):
+        problems.append(document.problem(("eval", "assistant"), (
+            f"roster {evaluation.assistant} must hold exactly one enabled persona for '{domain}' (data.domain), the "
+            f"single assistant of the baselines; it is for '{assistant.domain}' with {len(assistant.active)} enabled")))
+    panels = [("rubric", evaluation.rubric or config.stage1.rubric, "judges", evaluation.judges, "reply"),
+              ("group_rubric", evaluation.group_rubric or config.stage2.rubric, "group_judges",
+               evaluation.group_judges, "block")]
+    for field, path, panel, judges, level in panels:
+        loc = ("eval", field) if getattr(evaluation, field) is not None else ("eval", panel)
+        rubric = _load(problems, document, loc, path, load_rubric)
+        if rubric is None:
+            continue
+        if rubric.domain != domain:
+            problems.append(document.problem(loc, f"rubric {path} is for '{rubric.domain}', but data.domain is "
+                                                  f"'{domain}'"))
+        for index, judge in enumerate(judges):
+            if rubric_problem is not None and (why := rubric_problem(judge, rubric, level)) is not None:
+                problems.append(document.problem(loc, f"judge '{judge.label}' (eval.{panel}[{index}]) cannot score "
+                                                      f"rubric {path}: {why}"))
+    return problems
+
+
 def machine_problems(document: YamlDocument, config: RunConfig) -> list[Problem]:
     """What keeps this machine from running the config: bf16 or a CUDA device without a CUDA GPU."""
     wants_cuda = {("train", name, "bf16"): ("bf16 needs a CUDA GPU", "bf16: false to train in float32")
@@ -131,6 +160,10 @@ def machine_problems(document: YamlDocument, config: RunConfig) -> list[Problem]
                      if (b := getattr(config.stage2, role)) is not None}
         backends |= {("stage2", "judges", i, "backend"): j.backend for i, j in enumerate(config.stage2.judges)
                      if j.backend}
+    if config.eval is not None:
+        backends |= {("eval", role): b for role in ("director", "speaker") if (b := getattr(config.eval, role))}
+        backends |= {("eval", panel, i, "backend"): j.backend for panel in ("judges", "group_judges")
+                     for i, j in enumerate(getattr(config.eval, panel)) if j.backend}
     wants_cuda |= {(*loc, "device"): (f"device '{b.device}' is a CUDA GPU", "device: auto or cpu")
                    for loc, b in backends.items() if b.kind == "transformers" and b.device.startswith("cuda")}
     if not wants_cuda or _cuda_visible():

@@ -15,6 +15,7 @@ from pydantic import Field, model_validator
 from mascot.config.backends import BackendConfig
 from mascot.config.base import TINY_MODELS, ConfigPath, RunName, Section
 from mascot.config.data import DataConfig
+from mascot.config.evaluation import EvalConfig, SFTConfig
 from mascot.config.stage1 import BeforeAfterConfig, SpeakerConfig, Stage1Config
 from mascot.config.stage2 import DirectorConfig, DirectorDPOConfig, DirectorEvalConfig, Stage2Config
 from mascot.config.training import RewardModelConfig, TrainerConfig
@@ -39,11 +40,12 @@ class TrainConfig(Section):
                                                    "optional alternative to GRPO).")
     director_eval: DirectorEvalConfig = Field(default_factory=DirectorEvalConfig,
                                               description="The Director against its base policy on held-out states.")
+    sft: SFTConfig | None = Field(default=None, description="The SFT baseline of the evaluation.")
 
     @property
     def trainers(self) -> dict[str, TrainerConfig]:
         named = {"persona_rm": self.persona_rm, "speaker": self.speaker, "group_rm": self.group_rm,
-                 "director": self.director, "director_dpo": self.director_dpo}
+                 "director": self.director, "director_dpo": self.director_dpo, "sft": self.sft}
         return {name: trainer for name, trainer in named.items() if trainer is not None}
 
 
@@ -96,6 +98,7 @@ class RunConfig(Section):
     generation: BackendConfig = Field(description="Backend that samples Speaker candidates.")
     stage1: Stage1Config
     stage2: Stage2Config | None = Field(default=None, description="Stage 2: episodes, group judge, Director.")
+    eval: EvalConfig | None = Field(default=None, description="The evaluation: MASCOT against named baselines.")
     train: TrainConfig
     tiny: TinyModelSpec | None = Field(default=None, description="Needed when any model is 'tiny:lm' or 'tiny:rm'.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
@@ -113,6 +116,13 @@ class RunConfig(Section):
                 if getattr(self.train, name) is None:
                     raise FieldError(("train", name), f"Stage 2 (the 'stage2' section) trains train.{name}, "
                                                       "so the config needs that section")
+        if self.eval is not None:
+            if self.stage2 is None:
+                raise FieldError(("eval",), "the evaluation plays the trained Speaker and Director, so the config "
+                                            "needs a 'stage2' section too")
+            if "sft" in self.eval.systems and self.train.sft is None:
+                raise FieldError(("eval", "systems"), "the 'sft' baseline trains train.sft, so the config needs that "
+                                                      "section (or leave 'sft' out of eval.systems)")
         for trainer in self.train.trainers.values():  # a trainer without its own seed takes the run's
             if trainer.seed is None:
                 trainer.seed = self.run.seed
@@ -131,6 +141,16 @@ class RunConfig(Section):
             for index, judge in enumerate(self.stage2.judges):
                 if judge.backend is not None:
                     refs[("stage2", "judges", index, "backend", "model")] = judge.backend.model
+        if self.eval is not None:
+            for role in ("director", "speaker"):
+                if (backend := getattr(self.eval, role)) is not None:
+                    refs[("eval", role, "model")] = backend.model
+            for panel in ("judges", "group_judges"):
+                for index, judge in enumerate(getattr(self.eval, panel)):
+                    if judge.backend is not None:
+                        refs[("eval", panel, index, "backend", "model")] = judge.backend.model
+            if self.eval.pairwise.backend is not None:
+                refs[("eval", "pairwise", "backend", "model")] = self.eval.pairwise.backend.model
         for name, trainer in self.train.trainers.items():
             refs[("train", name, "model")] = trainer.model
         return refs

@@ -15,6 +15,7 @@ concurrently; the backends' limits bound the requests in flight.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,9 @@ class Cast:
     speaker_params: SamplingParams
     user_params: SamplingParams
     max_directive_attempts: int = 3
+    # The Speaker's prompt before the conversation: a persona's own (speaker.j2), or the evaluation's
+    # ablation without persona-specific text.
+    speaker_prompt: Callable[[Persona, Context, Directive | None], list[dict[str, str]]] = speaker_messages
 
 
 @dataclass(frozen=True)
@@ -59,11 +63,17 @@ class Episode:
         return request_seed(self.run_seed, self.id, path, str(position), role)
 
 
+def choose_profile(profiles: list[UserProfile], context: Context, run_seed: int) -> UserProfile | None:
+    """An episode's simulated user: one of the domain's profiles, chosen by seed, or none."""
+    fitting = [p for p in profiles if context.domain in p.domains]
+    return fitting[request_seed(run_seed, context.id, "user") % len(fitting)] if fitting else None
+
+
 def companion_messages(persona: Persona, roster: Roster, context: Context, turns: list[Turn],
-                       directive: Directive | None) -> list[dict[str, str]]:
-    """The Speaker's prompt: the persona's speaker prompt and the context (as in Stage 1), then the
-    episode so far, with the persona's own turns as its replies and everyone else's labelled."""
-    messages = speaker_messages(persona, context, directive)
+                       directive: Directive | None, prompt=speaker_messages) -> list[dict[str, str]]:
+    """The Speaker's prompt: the persona's speaker prompt and the context (as in Stage 1; `prompt` makes
+    them), then the episode so far, with the persona's own turns as its replies and everyone else's labelled."""
+    messages = prompt(persona, context, directive)
     for turn in turns:
         if turn.role == "context":
             continue  # already in the context's messages
@@ -120,7 +130,8 @@ async def companion_turn(cast: Cast, episode: Episode, turns: list[Turn], path: 
                              max_attempts=cast.max_directive_attempts, params=cast.director_params)
     persona = cast.roster.get(reply.directive.next_speaker)
     seed = episode.seed(path, position, "speaker")
-    messages = companion_messages(persona, cast.roster, episode.context, turns, reply.directive)
+    messages = companion_messages(persona, cast.roster, episode.context, turns, reply.directive,
+                                  cast.speaker_prompt)
     text = (await cast.speaker.generate(messages, n=1, params=cast.speaker_params, seed=seed))[0]
     return Turn(persona.id, text.strip(), "companion", seed, reply.directive, reply.seed, reply.attempts,
                 reply.fallback)

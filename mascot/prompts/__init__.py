@@ -31,14 +31,20 @@ def render(template: str, **variables) -> str:
     return _environment().get_template(template).render(**variables).strip()
 
 
-def speaker_messages(persona: Persona, context: Context, directive: object | None = None) -> list[dict]:
+def speaker_messages(persona: Persona, context: Context, directive: object | None = None, *,
+                     persona_specific: bool = True) -> list[dict]:
     """Chat messages asking `persona` for its next turn in `context`, following the Director's
     `directive` (its `instruction` and `tone`) when there is one, and helping answer the context's
-    query (`meeting_query`) when it has one."""
+    query (`meeting_query`) when it has one. Without `persona_specific` (the MASCOT-P ablation) the
+    prompt keeps the persona's name and drops its role, description and rules."""
     system = render("speaker.j2", persona=persona, domain=context.domain, directive=directive,
-                    query=meeting_query(context))
-    history = [
+                    query=meeting_query(context), persona_specific=persona_specific)
+    return [{"role": "system", "content": system}, *context_messages(context)]
+
+
+def context_messages(context: Context) -> list[dict]:
+    """The context's conversation as chat messages, meeting speakers named."""
+    return [
         {"role": m.role, "content": f"{m.name}: {m.content}" if context.domain == "meetings" and m.name else m.content}
         for m in context.history
     ]
-    return [{"role": "system", "content": system}, *history]

@@ -31,11 +31,10 @@ from mascot.config import BackendConfig, EpisodeConfig
 from mascot.data.context import Context
 from mascot.data.contexts import read_contexts
 from mascot.dialogue.directives import DirectorReply
-from mascot.dialogue.episodes import Cast, Episode, play, row_turn, turn_row
+from mascot.dialogue.episodes import Cast, Episode, choose_profile, play, row_turn, turn_row
 from mascot.dialogue.turns import Turn, opening_turns
 from mascot.llm import RequestCache, make_backend, request_batch, shared_cache
 from mascot.progress import cache_hits, shard_progress
-from mascot.queries import request_seed
 from mascot.roster import Roster, UserProfile
 
 EPISODE_SCHEMA = {
@@ -70,8 +69,7 @@ class CastSpec(BaseModel):
 
     def profile_for(self, context: Context, run_seed: int) -> UserProfile | None:
         """The episode's simulated user: one of the domain's profiles, chosen by seed, or none."""
-        profiles = [p for p in self.profiles if context.domain in p.domains]
-        return profiles[request_seed(run_seed, context.id, "user") % len(profiles)] if profiles else None
+        return choose_profile(self.profiles, context, run_seed)
 
 
 class Setting(BaseModel):

@@ -1,0 +1,71 @@
+"""The evaluation in a config: the systems under test, how their conversations run, and its own judges."""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+from pydantic import Field, field_validator
+
+from mascot.config.backends import BackendConfig, JudgeConfig
+from mascot.config.base import ConfigPath, Section
+from mascot.config.training import LoraConfig, TrainerConfig
+
+SystemName = Literal["mascot", "multi_agent", "mascot_p", "mascot_c", "zero_shot", "zero_shot_cot", "few_shot",
+                     "few_shot_cot", "self_consistency", "sft"]
+SYSTEM_NAMES: tuple[str, ...] = get_args(SystemName)
+
+
+class SFTConfig(TrainerConfig):
+    """The SFT baseline: TRL's SFTTrainer on a LoRA adapter of the base Speaker, over each training
+    query's best-judged Stage 1 candidate, answered as the single assistant."""
+
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="The adapter that is trained.")
+    learning_rate: float = Field(default=2e-4, gt=0, description="Peak learning rate.")
+    epochs: float = Field(default=1.0, gt=0, description="Passes over the examples (num_train_epochs).")
+    max_length: int = Field(default=1024, ge=16, description="Longest prompt + reply in tokens.")
+
+
+class EvalConfig(Section):
+    """MASCOT against named baselines and ablations on the held-out contexts (and out of domain)."""
+
+    systems: list[SystemName] = Field(default_factory=lambda: list(SYSTEM_NAMES), min_length=1,
+                                      description="Systems under test; 'mascot' is compared with each of the others.")
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1,
+                             description="Seeds: each system plays every context once per seed.")
+    blocks: int = Field(default=1, ge=1, description="Blocks per conversation, the simulated user's turn between two.")
+    block_turns: int | None = Field(default=None, ge=1, description="Companion turns per block of the group systems "
+                                    "(default stage2.episodes.block_turns); a single-assistant system takes one.")
+    assistant: ConfigPath = Field(description="A one-persona roster YAML: the generic assistant of the "
+                                  "single-assistant baselines.")
+    rubric: ConfigPath | None = Field(default=None, description="Persona-level rubric (default stage1.rubric).")
+    group_rubric: ConfigPath | None = Field(default=None, description="Collective rubric (default stage2.rubric).")
+    judges: list[JudgeConfig] = Field(min_length=1, description="The evaluation's persona-level panel; its own, "
+                                      "whether or not it shares a judge with the panels that labelled training data.")
+    group_judges: list[JudgeConfig] = Field(min_length=1, description="The evaluation's collective panel.")
+    pairwise: JudgeConfig = Field(description="The judge that compares two systems' conversations, in both orders.")
+    director: BackendConfig | None = Field(default=None, description="The trained Director; by default "
+                                           "train.director.model with stage2/director in this process.")
+    speaker: BackendConfig | None = Field(default=None, description="The trained Speaker; by default as in Stage 2.")
+    few_shot_examples: int = Field(default=2, ge=1, description="Few-shot examples, drawn from training contexts.")
+    self_consistency_samples: int = Field(default=5, ge=2, description="Replies sampled per Self-Consistency turn.")
+    out_of_domain: bool = Field(default=True, description="Also play the contexts of data.held_out (e.g. ESConv).")
+    contexts_per_shard: int = Field(default=8, ge=1, description="Contexts per cached conversation shard.")
+    max_judge_failure_rate: float = Field(default=0.1, ge=0.0, le=1.0,
+                                          description="Fail the run when more judgments than this share fail.")
+    bootstrap_resamples: int = Field(default=2000, ge=100, description="Resamples of every bootstrap interval.")
+    confidence: float = Field(default=0.95, gt=0.5, lt=1.0, description="Level of every interval.")
+
+    @field_validator("systems", "seeds")
+    @classmethod
+    def _unique(cls, values: list) -> list:
+        if len(set(values)) != len(values):
+            raise ValueError(f"each entry may appear once, got {values}")
+        return values
+
+    @field_validator("systems")
+    @classmethod
+    def _mascot_first(cls, systems: list[str]) -> list[str]:
+        if "mascot" not in systems:
+            raise ValueError("the evaluation compares 'mascot' with the other systems, so 'mascot' must be listed")
+        return systems
+

@@ -1,0 +1,212 @@
+"""The systems under test: MASCOT, seven baselines and two ablations, each as a value that says how it answers.
+
+Every system answers the same held-out conversations with the same seeds, through the same backends
+and request cache. A *group* system answers each block with `block_turns` companion turns, a persona
+of the roster chosen for each turn; a *single-assistant* system answers with one reply of a generic
+assistant (a one-persona roster, `eval.assistant`). The simulated user is the same for all.
+
+| system | speaker | who speaks next | prompt |
+|---|---|---|---|
+| mascot | trained Speaker | trained Director | the persona's own |
+| multi_agent | base Speaker | base (prompted, untrained) Director | the persona's own |
+| mascot_p | trained Speaker | trained Director | no persona-specific text (name only) |
+| mascot_c | trained Speaker | a random persona, seeded by the request | the persona's own |
+| zero_shot, zero_shot_cot | base Speaker | the assistant | the assistant's (CoT: reasoning, then the reply) |
+| few_shot, few_shot_cot | base Speaker | the assistant | the assistant's, after examples from training contexts |
+| self_consistency | base Speaker | the assistant | the assistant's; `samples` replies, the most typical kept |
+| sft | base Speaker + the SFT adapter | the assistant | the assistant's |
+
+A random or single speaker needs no Director model: `ScriptedDirector` answers the Director's request
+with a valid directive chosen by the request's seed, so the episode code runs unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+
+from pydantic import BaseModel, ConfigDict
+
+from mascot.config import BackendConfig, SamplingParams
+from mascot.config.evaluation import SystemName
+from mascot.data.context import Context
+from mascot.data.qmsum import meeting_query
+from mascot.dialogue.directives import FALLBACK_INSTRUCTION, active_personas
+from mascot.dialogue.episodes import Cast
+from mascot.llm import RequestCache, make_backend
+from mascot.prompts import context_messages, render, speaker_messages
+from mascot.roster import Persona, Roster, UserProfile
+
+REPLY_MARKER = "Reply:"  # a CoT system's reply follows the last one; what comes before is its reasoning
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    label: str
+    group: bool
+    description: str
+
+
+SYSTEMS: dict[str, SystemSpec] = {
+    "mascot": SystemSpec("MASCOT", True, "the trained Speaker and the trained Director"),
+    "multi_agent": SystemSpec("Multi-agent (untrained)", True, "the same roster with the base Speaker and the base, "
+                              "prompted Director, in the manner of MultiAgentESC"),
+    "mascot_p": SystemSpec("MASCOT-P", True, "MASCOT without persona-specific prompting"),
+    "mascot_c": SystemSpec("MASCOT-C", True, "MASCOT with a random speaking order instead of the Director"),
+    "zero_shot": SystemSpec("Zero-Shot", False, "one generic assistant, no personas"),
+    "zero_shot_cot": SystemSpec("Zero-Shot CoT", False, "the assistant reasons step by step, then replies"),
+    "few_shot": SystemSpec("Few-Shot", False, "the assistant after examples from training contexts"),
+    "few_shot_cot": SystemSpec("Few-Shot CoT", False, "few-shot examples, reasoning, then the reply"),
+    "self_consistency": SystemSpec("Self-Consistency", False, "several replies sampled, the most typical one kept"),
+    "sft": SystemSpec("SFT", False, "the base Speaker fine-tuned on the best-judged Stage 1 candidates"),
+}
+
+
+class FewShotExample(BaseModel):
+    """A training context's last message and a good reply to it (its best-judged Stage 1 candidate)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    context_id: str
+    message: str
+    reply: str
+
+
+class SystemSetup(BaseModel):
+    """One system under test as a value (a step's input and cache key)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: SystemName
+    roster: Roster
+    director: BackendConfig | None  # None: ScriptedDirector (a random persona, or the only one)
+    speaker: BackendConfig
+    user: BackendConfig
+    profiles: list[UserProfile]
+    block_turns: int
+    max_directive_attempts: int = 3
+    persona_specific: bool = True
+    cot: bool = False
+    examples: list[FewShotExample] = []
+    samples: int = 1  # Self-Consistency: replies sampled per turn
+
+    @property
+    def spec(self) -> SystemSpec:
+        return SYSTEMS[self.name]
+
+    def cast(self, cache: RequestCache | None) -> Cast:
+        director = (make_backend(self.director, cache=cache) if self.director is not None
+                    else ScriptedDirector(self.roster))
+        params = self.director.params if self.director is not None else SamplingParams()
+        if self.spec.group:
+            prompt = partial(speaker_messages, persona_specific=self.persona_specific)
+        else:
+            prompt = partial(assistant_messages, cot=self.cot, examples=self.examples)
+        speaker = make_backend(self.speaker, cache=cache)
+        if self.cot or self.samples > 1:
+            speaker = AssistantReplies(speaker, self.samples, self.cot)
+        return Cast(self.roster, director, speaker, make_backend(self.user, cache=cache), params, self.speaker.params,
+                    self.user.params, self.max_directive_attempts, prompt)
+
+
+@dataclass(frozen=True)
+class Components:
+    """The roles the systems are built from; the trained ones are adapters of Stage 1 and Stage 2."""
+
+    base_speaker: BackendConfig
+    trained_speaker: BackendConfig
+    base_director: BackendConfig
+    trained_director: BackendConfig
+    user: BackendConfig
+    sft_speaker: BackendConfig | None = None
+
+
+def system_setup(name: SystemName, parts: Components, roster: Roster, assistant: Roster, profiles: list[UserProfile],
+                 block_turns: int, max_directive_attempts: int, examples: Sequence[FewShotExample] = (),
+                 self_consistency_samples: int = 5) -> SystemSetup:
+    """The setup of system `name` from its parts (see the module's table)."""
+    common = {"name": name, "user": parts.user, "profiles": profiles, "max_directive_attempts": max_directive_attempts}
+    if SYSTEMS[name].group:
+        trained = name != "multi_agent"
+        director = None if name == "mascot_c" else parts.trained_director if trained else parts.base_director
+        return SystemSetup(**common, roster=roster, director=director, block_turns=block_turns,
+                           speaker=parts.trained_speaker if trained else parts.base_speaker,
+                           persona_specific=name != "mascot_p")
+    if name == "sft" and parts.sft_speaker is None:
+        raise ValueError("the 'sft' baseline needs its trained adapter (train.sft)")
+    return SystemSetup(**common, roster=assistant, director=None, block_turns=1,
+                       speaker=parts.sft_speaker if name == "sft" else parts.base_speaker,
+                       cot=name.endswith("_cot"), examples=list(examples) if name.startswith("few_shot") else [],
+                       samples=self_consistency_samples if name == "self_consistency" else 1)
+
+
+def assistant_messages(persona: Persona, context: Context, directive: object | None = None, *, cot: bool = False,
+                       examples: Sequence[FewShotExample] = ()) -> list[dict]:
+    """The single assistant's prompt: its description, the examples as earlier exchanges, then the context."""
+    system = render("assistant.j2", persona=persona, domain=context.domain, query=meeting_query(context),
+                    examples=bool(examples), cot=cot, marker=REPLY_MARKER)
+    shots = [message for example in examples for message in ({"role": "user", "content": example.message},
+                                                             {"role": "assistant", "content": example.reply})]
+    return [{"role": "system", "content": system}, *shots, *context_messages(context)]
+
+
+def strip_reasoning(text: str) -> tuple[str, bool]:
+    """A CoT reply without its reasoning: the text after the last REPLY_MARKER, and whether there was one.
+    A reply without the marker is kept whole (and counted by the caller): dropping it would score nothing."""
+    _, marker, tail = text.rpartition(REPLY_MARKER)
+    return (tail.strip(), True) if marker and tail.strip() else (text.strip(), False)
+
+
+def most_typical(texts: Sequence[str]) -> int:
+    """Self-Consistency for free text: the index of the reply most similar to the others (the highest mean
+    word-set Jaccard similarity; the first on ties), since open replies cannot be majority-voted."""
+    from mascot.evaluation.metrics import words
+
+    sets = [set(words(text)) for text in texts]
+
+    def similarity(i: int) -> float:
+        return sum(len(sets[i] & other) / max(1, len(sets[i] | other)) for j, other in enumerate(sets) if j != i)
+
+    return max(range(len(texts)), key=lambda i: (similarity(i), -i))
+
+
+class AssistantReplies:
+    """The single assistant's Speaker for CoT and Self-Consistency: each turn samples `samples` replies in
+    one request, strips a CoT reply's reasoning, and keeps the most typical reply. `marked` says, by the
+    turn's request seed, whether the kept reply had its CoT marker, for the conversations table."""
+
+    def __init__(self, backend, samples: int, cot: bool):
+        self.backend, self.samples, self.cot = backend, samples, cot
+        self.kind, self.model = backend.kind, backend.model
+        self.marked: dict[int, bool] = {}
+
+    async def generate(self, messages, n: int, params: SamplingParams, seed: int,
+                       response_format: dict | None = None) -> list[str]:
+        if n != 1:
+            raise ValueError(f"the assistant's turn asks for one reply, got n={n}")
+        texts = await self.backend.generate(messages, n=self.samples, params=params, seed=seed)
+        replies, marked = zip(*(strip_reasoning(t) if self.cot else (t.strip(), True) for t in texts), strict=True)
+        kept = most_typical(replies)
+        self.marked[seed] = marked[kept]
+        return [replies[kept]]
+
+
+class ScriptedDirector:
+    """A Director backend with no model: each request's reply is a valid directive naming a persona chosen
+    uniformly by the request's seed (MASCOT-C's random order; the single assistant's only persona), with
+    the generic instruction. Nothing is sent anywhere, so nothing is cached."""
+
+    kind = "scripted"
+    model = "random-order"
+
+    def __init__(self, roster: Roster):
+        self.speakers = [persona.id for persona in active_personas(roster)]
+
+    async def generate(self, messages, n: int, params: SamplingParams, seed: int,
+                       response_format: dict | None = None) -> list[str]:
+        chooser = random.Random(seed)
+        return [json.dumps({"next_speaker": chooser.choice(self.speakers), "instruction": FALLBACK_INSTRUCTION,
+                            "tone": None}) for _ in range(n)]

@@ -1,0 +1,160 @@
+"""The systems under test, read from the requests that reach a loopback OpenAI-compatible server.
+
+Each role is a model name on one server (as vLLM serves LoRA modules by name), so the request
+bodies say who was asked: which Speaker, which Director or none, with which prompt and how many
+samples, and with which seeds.
+"""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+from chat_server import make_app
+from loopback_servers import serve
+from test_cli import REPO
+
+from mascot.config import BackendConfig, DataConfig
+from mascot.config.evaluation import SYSTEM_NAMES
+from mascot.data.contexts import write_contexts
+from mascot.evaluation.conversations import ConversationJob, play_shard, write_eval_contexts
+from mascot.evaluation.systems import (
+    REPLY_MARKER,
+    Components,
+    FewShotExample,
+    most_typical,
+    strip_reasoning,
+    system_setup,
+)
+from mascot.roster import load_roster, load_user_profiles
+
+ROSTER = load_roster(REPO / "configs" / "rosters" / "emotional_support.yaml")
+ASSISTANT = load_roster(REPO / "configs" / "rosters" / "assistant_emotional_support.yaml")
+PROFILES = load_user_profiles(REPO / "configs" / "users" / "big_five.yaml").profiles
+EXAMPLES = [FewShotExample(context_id="ed:train:x", message="My dog ran away today.",
+                           reply="That must be frightening; I hope he comes home soon.")]
+ROLES = ("base-speaker", "speaker", "base-director", "director", "user", "sft")
+
+
+@pytest.fixture(scope="module")
+def chat():
+    app = make_app(seconds_per_token=0.0005)
+    with serve(app) as url:
+        yield app, url
+
+
+@pytest.fixture(scope="module")
+def contexts(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("contexts")
+    data = DataConfig.model_validate({
+        "domain": "emotional_support", "roster": REPO / "configs" / "rosters" / "emotional_support.yaml",
+        "corpus": {"source": "empathetic_dialogues", "path": "samples:empathetic_dialogues", "limit": 8},
+        "held_out": [{"source": "esconv", "path": "samples:esconv/ESConv.json", "split": "test", "limit": 2}],
+        "held_out_fraction": 0.25})
+    stage1 = write_contexts(data, 0, folder / "stage1.parquet")
+    return stage1, write_eval_contexts(data, stage1, 0, True, folder / "eval.parquet")
+
+
+def parts(url: str) -> Components:
+    backends = {role: BackendConfig(kind="openai", model=role, base_url=f"{url}/v1", max_concurrency=4,
+                                    params={"max_new_tokens": 6}) for role in ROLES}
+    return Components(base_speaker=backends["base-speaker"], trained_speaker=backends["speaker"],
+                      base_director=backends["base-director"], trained_director=backends["director"],
+                      user=backends["user"], sft_speaker=backends["sft"])
+
+
+def play(name, chat, contexts, tmp_path):
+    app, url = chat
+    app.state.stats = type(app.state.stats)()
+    setup = system_setup(name, parts(url), ROSTER, ASSISTANT, PROFILES, block_turns=2, max_directive_attempts=2,
+                         examples=EXAMPLES, self_consistency_samples=3)
+    frame = contexts[1].read_parquet()
+    job = ConversationJob(system=setup, contexts=contexts[1], seeds=[0, 1], blocks=2,
+                          requests=tmp_path / f"{name}.sqlite")
+    table = play_shard(job, frame["context_id"].to_list()[:2], tmp_path / f"{name}.parquet").read_parquet()
+    bodies = [json.loads(body) for body in app.state.stats.seen]
+    return table, bodies
+
+
+def by_model(bodies: list[dict]) -> dict[str, list[dict]]:
+    grouped: dict[str, list[dict]] = {}
+    for body in bodies:
+        grouped.setdefault(body["model"], []).append(body)
+    return grouped
+
+
+def test_evaluation_contexts_are_the_held_out_ones_and_the_out_of_domain_corpus(contexts):
+    stage1, evaluation = contexts
+    frame = evaluation.read_parquet()
+    held_out = set(stage1.read_parquet().filter(pl.col("held_out"))["context_id"].to_list())
+    assert set(frame.filter(pl.col("eval_set") == "held_out")["context_id"].to_list()) == held_out
+    ood = frame.filter(pl.col("out_of_domain"))
+    assert ood.height == 2 and set(ood["eval_set"].to_list()) == {"esconv:test"}
+    assert ood["source"].to_list() == ["esconv", "esconv"]
+
+
+@pytest.mark.parametrize("name", ["mascot", "multi_agent", "mascot_p"])
+def test_group_systems_ask_their_own_speaker_and_director(name, chat, contexts, tmp_path):
+    table, bodies = play(name, chat, contexts, tmp_path)
+    asked = by_model(bodies)
+    trained = name != "multi_agent"
+    assert set(asked) == {"speaker" if trained else "base-speaker", "director" if trained else "base-director", "user"}
+    # 2 contexts x 2 seeds; 2 blocks of 2 companion turns, the user's turn between them.
+    assert table.height == 4 * 5
+    assert table.group_by("context_id", "seed").agg(pl.col("role"))["role"].to_list()[0] == \
+        ["companion", "companion", "user", "companion", "companion"]
+    for body in asked["speaker" if trained else "base-speaker"]:
+        system = body["messages"][0]["content"]
+        persona = next(p for p in ROSTER.active if f"You are {p.name}," in system)
+        assert (persona.description in system) is (name != "mascot_p")
+        assert "director asks you to" in system
+
+
+def test_mascot_c_speaks_in_a_random_order_without_a_director(chat, contexts, tmp_path):
+    table, bodies = play("mascot_c", chat, contexts, tmp_path)
+    assert set(by_model(bodies)) == {"speaker", "user"}  # no Director was asked
+    companions = table.filter(pl.col("role") == "companion")
+    assert not companions["fallback"].any() and companions["speaker"].n_unique() > 1
+
+
+@pytest.mark.parametrize("name", [n for n in SYSTEM_NAMES if n not in ("mascot", "multi_agent", "mascot_p",
+                                                                       "mascot_c")])
+def test_single_assistant_baselines(name, chat, contexts, tmp_path):
+    table, bodies = play(name, chat, contexts, tmp_path)
+    asked = by_model(bodies)
+    speaker = "sft" if name == "sft" else "base-speaker"
+    assert set(asked) == {speaker, "user"}
+    assert table.height == 4 * 3 and set(table.filter(pl.col("role") == "companion")["speaker"]) == {"assistant"}
+    for body in asked[speaker]:
+        system = body["messages"][0]["content"]
+        assert system.startswith("You are Assistant, a supportive assistant") and "director" not in system
+        assert (REPLY_MARKER in system) is name.endswith("_cot")
+        shots = body["messages"][1:3]
+        assert (shots == [{"role": "user", "content": EXAMPLES[0].message},
+                          {"role": "assistant", "content": EXAMPLES[0].reply}]) is name.startswith("few_shot")
+        assert body.get("n", 1) == (3 if name == "self_consistency" else 1)
+    marked = table.filter(pl.col("role") == "companion")["reasoning_marked"]
+    # The loopback server's words carry no marker: a CoT reply is kept whole, and says so.
+    assert marked.to_list() == ([False] * 8 if name.endswith("_cot") else [None] * 8)
+
+
+def test_systems_draw_the_same_seeds_at_the_same_place(chat, contexts, tmp_path):
+    seeds = {}
+    for name in ("mascot", "multi_agent"):
+        _, bodies = play(name, chat, contexts, tmp_path)
+        seeds[name] = sorted(b["seed"] for b in bodies if b["model"] in ("speaker", "base-speaker"))
+    assert seeds["mascot"] == seeds["multi_agent"]
+
+
+def test_reasoning_is_stripped_after_the_last_marker():
+    assert strip_reasoning(f"Reasoning: they are sad.\n{REPLY_MARKER} I am here for you.") == ("I am here for you.", True)
+    assert strip_reasoning(f"{REPLY_MARKER} draft {REPLY_MARKER} final") == ("final", True)
+    assert strip_reasoning("no marker at all") == ("no marker at all", False)
+    assert strip_reasoning(f"Reasoning only {REPLY_MARKER}  ") == (f"Reasoning only {REPLY_MARKER}", False)
+
+
+def test_self_consistency_keeps_the_most_typical_reply():
+    replies = ["I hear you, that is hard.", "Buy a boat.", "I hear you, that sounds hard.", "that is hard, I hear"]
+    assert most_typical(replies) == 0
+    assert most_typical(["a", "b"]) == 0  # ties go to the first
