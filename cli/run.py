@@ -99,6 +99,29 @@ def run_stage2(
     start_stage("stage2", config, loaded, run_name, director_method.value, refresh)
 
 
+@run_app.command("evaluate")
+def run_evaluate(config: ConfigOption, run_name: RunNameOption = None, refresh: RefreshOption = False):
+    """The evaluation: MASCOT against named baselines and ablations, on held-out and out-of-domain contexts.
+
+    Reads the same run's finished Stage 2 (and Stage 1). Every system answers every evaluation context
+    with the same seeds; the config's own evaluation judges and the automatic metrics score them.
+    Artifacts go to <run.output_dir>/<run name>/eval/, with report.md and summary.json. Reruns skip
+    every cached step, and a killed run resumes without repeating an LLM request.
+    """
+    loaded = load(config, check_machine=True)
+    if loaded.eval is None:
+        fail(f"{config} has no 'eval' section, so there is nothing to evaluate; configs/tiny.yaml has one to copy")
+    loaded = renamed(loaded, run_name)
+    from mascot.artifacts import ArtifactChanged, RunDir
+
+    try:
+        for name in ("stage1/contexts", "stage1/candidates", "stage1/judgments", "stage2/director", "stage2/summary"):
+            RunDir(loaded.run_dir).recorded(name, "the evaluation")
+    except (FileNotFoundError, ArtifactChanged) as exc:
+        fail(str(exc))
+    start_stage("eval", config, loaded, run_name, "report", refresh)
+
+
 def renamed(loaded: RunConfig, run_name: str | None) -> RunConfig:
     """The config under `--run-name`, checked like `run.name`."""
     if run_name is None:
@@ -112,7 +135,7 @@ def renamed(loaded: RunConfig, run_name: str | None) -> RunConfig:
 def start_stage(stage: str, config: Path, loaded: RunConfig, run_name: str | None, step: str, refresh: bool) -> None:
     """Run a stage's flow on a validated config, and say where its artifacts are, or where it stopped.
 
-    `step` is Stage 1's last step (`until`) or Stage 2's Director method."""
+    `step` is Stage 1's last step (`until`), Stage 2's Director method, or the evaluation's "report"."""
     for name, value in PREFECT_DEFAULTS.items():
         os.environ.setdefault(name, value)
     server = prefect_server()
@@ -127,10 +150,14 @@ def start_stage(stage: str, config: Path, loaded: RunConfig, run_name: str | Non
         from flows.stage1 import stage1 as flow
 
         parameters, label = {"until": step}, f"until {step}"
-    else:
+    elif stage == "stage2":
         from flows.stage2 import stage2 as flow
 
         parameters, label = {"director_method": step}, f"director method {step}"
+    else:
+        from flows.evaluate import evaluate as flow
+
+        parameters, label = {}, "every system"
 
     try:
         server.wait()
@@ -147,7 +174,8 @@ def start_stage(stage: str, config: Path, loaded: RunConfig, run_name: str | Non
     except StageFailed as exc:  # it names the step, the cause and the resume command
         fail(str(exc), code=1)
     run = RunDir(loaded.run_dir)
-    console.print(f"[green]{stage.replace('stage', 'stage ')} done[/green] ({label}): {run.root}", highlight=False)
+    title = "evaluation" if stage == "eval" else stage.replace("stage", "stage ")
+    console.print(f"[green]{title} done[/green] ({label}): {run.root}", highlight=False)
     for name, artifact in artifacts.items():
         console.print(f"  {name:<20} {run.contract_path(name, artifact)}", highlight=False, soft_wrap=True)
     # Python's last garbage collection at exit walks every object Prefect and pydantic made, 0.7 s on a

@@ -131,10 +131,13 @@ def _eval_problems(document: YamlDocument, config: RunConfig, rubric_problem: Ru
         problems.append(document.problem(("eval", "assistant"), (
             f"roster {evaluation.assistant} must hold exactly one enabled persona for '{domain}' (data.domain), the "
             f"single assistant of the baselines; it is for '{assistant.domain}' with {len(assistant.active)} enabled")))
-    panels = [("rubric", evaluation.rubric or config.stage1.rubric, "judges", evaluation.judges, "reply"),
-              ("group_rubric", evaluation.group_rubric or config.stage2.rubric, "group_judges",
-               evaluation.group_judges, "block")]
-    for field, path, panel, judges, level in panels:
+    panels = [("rubric", evaluation.rubric, config.stage1, "judges", evaluation.judges, "reply"),
+              ("group_rubric", evaluation.group_rubric, config.stage2, "group_judges", evaluation.group_judges,
+               "block")]
+    for field, path, stage, panel, judges, level in panels:
+        if path is None and judges == stage.judges:
+            continue  # the stage's own rubric and judges, checked at the stage's lines
+        path = path or stage.rubric
         loc = ("eval", field) if getattr(evaluation, field) is not None else ("eval", panel)
         rubric = _load(problems, document, loc, path, load_rubric)
         if rubric is None:

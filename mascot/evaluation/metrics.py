@@ -3,8 +3,8 @@
 Each metric is computed per conversation (one held-out context played by one system), so that the
 statistics can resample contexts like every other score. Words are nltk's `wordpunct_tokenize`
 (a regular expression: no downloaded data), lowercased. BLEU is nltk's, with its method-1
-smoothing, since companion turns are short and an unsmoothed 4-gram precision is 0 for most of
-them. Sentiment is VADER's compound score (-1 to 1), from the vaderSentiment package, which ships
+smoothing (the group heuristic judge's formula), since companion turns are short and an unsmoothed
+4-gram precision is 0 for most of them. Sentiment is VADER's compound score (-1 to 1), from the vaderSentiment package, which ships
 its lexicon.
 """
 
@@ -33,15 +33,12 @@ def distinct_n(turns: Sequence[str], n: int) -> float | None:
 
 def self_bleu(turns: Sequence[str]) -> float | None:
     """Mean BLEU-4 of each turn against the conversation's other turns: 1 when the agents repeat
-    each other, near 0 when they say different things. None with fewer than two non-empty turns."""
-    from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
+    each other, near 0 when they say different things. None with fewer than two non-empty turns.
+    The group heuristic judge's own formula, on this module's words."""
+    from mascot.judges.group import self_bleu as bleu_against_the_others
 
     tokenized = [tokens for tokens in map(words, turns) if tokens]
-    if len(tokenized) < 2:
-        return None
-    smoothing = SmoothingFunction().method1
-    return fmean(sentence_bleu(tokenized[:i] + tokenized[i + 1:], turn, smoothing_function=smoothing)
-                 for i, turn in enumerate(tokenized))
+    return bleu_against_the_others(tokenized) if len(tokenized) >= 2 else None
 
 
 def mean_length(turns: Sequence[str]) -> float | None:

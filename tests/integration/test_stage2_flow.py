@@ -60,6 +60,10 @@ def http_stage2_config(folder: Path, chat: str) -> Path:
     train["director"].update(max_steps=2, batch_size=4, num_generations=2, max_completion_length=64, save_steps=1)
     train["director_dpo"].update(epochs=1, save_steps=2)
     train["director_eval"] = {"samples_per_prompt": 1, "bootstrap_resamples": 200}
+    config["data"]["held_out"][0]["limit"] = 2  # two ESConv contexts out of domain
+    config["eval"].update(judges=[{"kind": "llm", "name": "sim-eval-judge", "backend": backend(chat, 40)}],
+                          group_judges=[{"kind": "llm", "name": "sim-eval-group-judge", "backend": backend(chat, 40)}],
+                          self_consistency_samples=2, bootstrap_resamples=200)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 
@@ -130,6 +134,58 @@ def test_stage2_over_http_survives_a_sigkill_resumes_without_paying_twice_and_tr
         assert "not the paper's method" in (root / "stage2" / "report.md").read_text()
         # Its held-out samples' rollouts are new requests or cache hits, never a request paid for twice.
         assert httpx.get(f"{chat}/stats").json()["answered_again"] == 0
+
+        # The evaluation of the trained group against the baselines, by the config's own LLM judges.
+        output = run("run", "evaluate", "--config", str(config), "--run-name", "http", api=prefect_api)
+        assert "evaluation done" in output
+        seen = httpx.get(f"{chat}/stats").json()
+        assert seen["answered_again"] == 0, seen
+        evaluation_report_is_complete(root / "eval", systems=config_systems(config))
+        run("run", "evaluate", "--config", str(config), "--run-name", "http", api=prefect_api)
+        assert httpx.get(f"{chat}/stats").json()["requests"] == seen["requests"]  # a rerun asks nothing
+
+
+def config_systems(config: Path) -> list[str]:
+    return yaml.safe_load(config.read_text())["eval"]["systems"]
+
+
+CELL = r"-?\d+\.\d+ ± \d+\.\d+ \[-?\d+\.\d+, -?\d+\.\d+\]( \(\d+ undefined\))?"
+DIFFERENCE = r"[+-]\d+\.\d+ \[[+-]\d+\.\d+, [+-]\d+\.\d+\], p_holm \d\.\d{3}"
+
+
+def evaluation_report_is_complete(folder: Path, systems: list[str]) -> None:
+    """Every number of the evaluation has its n, seeds, spread and interval, and every difference its
+    baseline: read from summary.json's entries and from every cell of report.md's tables."""
+    import re
+
+    summary = json.loads((folder / "summary.json").read_text())
+    assert set(summary["contexts"]) == {"held_out", "esconv:test"} and summary["contexts"]["esconv:test"] == 2
+    for name, results in summary["results"].items():
+        assert {e["system"] for e in results["summaries"]} == set(systems), name
+        for entry in results["summaries"]:
+            assert entry["n"] > 0 and entry["contexts"] > 0 and entry["seeds"] == 1, entry
+            assert None not in (entry["mean"], entry["sd"], entry["ci_low"], entry["ci_high"]), entry
+        assert {e["baseline"] for e in results["comparisons"]} == set(systems) - {"mascot"}, name
+        for entry in results["comparisons"]:
+            assert entry["system"] == "mascot" and entry["contexts"] > 0 and entry["seeds"] == 1, entry
+            assert None not in (entry["mean"], entry["sd"], entry["ci_low"], entry["ci_high"], entry["p_holm"]), entry
+
+    report = (folder / "report.md").read_text()
+    first = report.split("## Systems")[0]
+    assert "sim-eval-judge (persona level)" in first and "Seeds: 1 (0)" in first
+    assert "also labelled the training data" not in first  # the evaluation's judges are its own
+    rows = [line for line in report.splitlines() if line.startswith("| ") and not line.startswith("| system |")
+            and not line.startswith("| MASCOT − baseline") and "---" not in line]
+    tables = 0
+    for line in rows:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if cells[0].startswith("− "):  # a comparison row: MASCOT minus the baseline it names
+            assert re.fullmatch(r"\d+, 1", cells[1]), line
+            assert all(re.fullmatch(DIFFERENCE, cell) for cell in cells[2:]), line
+            tables += 1
+        elif re.fullmatch(r"\d+ \(\d+, 1\)", cells[1]):  # a system row: n (contexts, seeds)
+            assert all(re.fullmatch(CELL, cell) for cell in cells[2:]), line
+    assert tables == 3 * 3 * (len(systems) - 1)  # three sets (all, held out, ESConv), three levels
 
 
 def director_round_trip(adapter: Path, base: Path) -> None:

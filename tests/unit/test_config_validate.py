@@ -193,6 +193,22 @@ BROKEN_CONFIGS = [
     ("group-rubric-for-the-reply-judge", "tiny.yaml", ("stage1.rubric", "rubrics/group_emotional_support.yaml"),
      ["stage1.rubric", "judge 'heuristic' (stage1.judges[0]) cannot score rubric", "group_emotional_support.yaml",
       "no feature formula for criteria ['persona_fidelity'"]),
+    # The evaluation's section
+    ("eval-without-mascot", "tiny.yaml", ("eval.systems", ["zero_shot", "few_shot"]),
+     ["eval.systems", "compares 'mascot' with the other systems"]),
+    ("eval-unknown-system", "tiny.yaml", ("eval.systems", ["mascot", "gpt_5"]), ["eval.systems[1]", "'zero_shot'"]),
+    ("eval-repeated-seed", "tiny.yaml", ("eval.seeds", [0, 0]), ["eval.seeds", "may appear once"]),
+    ("eval-no-seed", "tiny.yaml", ("eval.seeds", []), ["eval.seeds", "at least 1 item"]),
+    ("eval-sft-without-its-trainer", "tiny.yaml", ("eval.systems", ["mascot", "sft"]),
+     ["eval.systems", "trains train.sft"]),
+    ("eval-assistant-is-a-group", "tiny.yaml", ("eval.assistant", "rosters/emotional_support.yaml"),
+     ["eval.assistant", "exactly one enabled persona", "with 3 enabled"]),
+    ("eval-assistant-missing", "tiny.yaml", ("eval.assistant", "rosters/nope.yaml"),
+     ["eval.assistant", "no such file", "nope.yaml"]),
+    ("eval-group-rubric-for-the-reply-judge", "tiny.yaml", ("eval.rubric", "rubrics/group_emotional_support.yaml"),
+     ["eval.rubric", "judge 'heuristic' (eval.judges[0]) cannot score rubric", "group_emotional_support.yaml"]),
+    ("eval-llm-judge-without-backend", "tiny.yaml", ("eval.pairwise", {"kind": "llm"}),
+     ["eval.pairwise.backend", "needs 'backend'"]),
 ]
 
 BROKEN_TEXT = [
@@ -401,11 +417,20 @@ def test_stage2_needs_its_trainers_and_a_collective_rubric_of_the_domain(workdir
             "stage2.margin: no pair can reach a margin of 9"])
 
 
-def test_a_config_without_stage2_is_a_stage1_config(workdir):
+def test_an_evaluation_needs_stage2(workdir):
     data = _yaml(workdir / "tiny.yaml")
     for key in ("group_rm", "director", "director_dpo", "director_eval"):
         del data["train"][key]
     del data["stage2"]
+    _check(_write(workdir, "eval-only.yaml", data), ["eval", "plays the trained Speaker and Director",
+                                                     "needs a 'stage2' section"])
+
+
+def test_a_config_without_stage2_is_a_stage1_config(workdir):
+    data = _yaml(workdir / "tiny.yaml")
+    for key in ("group_rm", "director", "director_dpo", "director_eval"):
+        del data["train"][key]
+    del data["stage2"], data["eval"]  # the evaluation plays Stage 2's Director
     assert runner.invoke(app, ["config", "validate", str(_write(workdir, "stage1-only.yaml", data))]).exit_code == 0
 
 
@@ -444,7 +469,7 @@ def test_stage2_needs_two_enabled_personas_for_the_director_to_choose_from(workd
     assert _located(output, path.name, "data.roster"), output
     for key in ("group_rm", "director", "director_dpo", "director_eval"):  # Stage 1 alone needs one persona only
         del data["train"][key]
-    del data["stage2"]
+    del data["stage2"], data["eval"]  # the evaluation plays Stage 2's Director
     assert runner.invoke(app, ["config", "validate", str(_write(workdir, "one-persona-stage1.yaml", data))]).exit_code == 0
 
 

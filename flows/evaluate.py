@@ -1,0 +1,113 @@
+"""The evaluation: MASCOT against named baselines and ablations, on held-out and out-of-domain contexts.
+
+    mascot run evaluate --config configs/tiny.yaml [--refresh]
+
+It reads a finished Stage 2 of the same run (and Stage 1's contexts, candidates, judgments and
+Speaker). Evaluation contexts -> every system's conversations (in shards, all in flight under each
+backend's one limit) -> the evaluation's own judges and the automatic metrics -> statistics over
+contexts -> eval/report.md and summary.json. Every request goes through the request cache, so a
+killed run resumes without paying for a request twice.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from prefect import flow
+from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, PREFECT_TASKS_REFRESH_CACHE, temporary_settings
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from flows.failures import completed, stopped_at_step
+from flows.naming import flow_run_name
+from mascot import tracking
+from mascot.artifacts import Artifact, RunDir
+from mascot.config import load_config
+from mascot.evaluation.baselines import few_shot_examples
+from mascot.evaluation.conversations import ConversationJob
+from mascot.evaluation.report import ReportSpec, judges_of
+from mascot.evaluation.scoring import ScoringJob
+from mascot.evaluation.systems import SYSTEMS, Components, system_setup
+from mascot.judges.panel import PanelSpec, judge_rubric_problem
+from mascot.roster import load_roster, load_user_profiles
+from mascot.train.grpo import policy_backend
+from mascot.train.tiny import resolve_tiny_models
+from tasks import evaluate as steps
+
+WORKERS = 16  # as in the stages: threads wait on the backends' limits
+
+
+@flow(name="evaluate", flow_run_name=flow_run_name("evaluate"), task_runner=ThreadPoolTaskRunner(max_workers=WORKERS))
+def evaluate(config_path: str, run_name: str | None = None, refresh: bool = False) -> dict[str, Artifact]:
+    """Evaluate a config's finished Stage 2 against the baselines; returns the artifacts written.
+
+    `refresh` recomputes every cached step (LLM requests are still answered by the request cache).
+    """
+    config = load_config(config_path, rubric_problem=judge_rubric_problem)
+    if run_name:
+        config = config.renamed(run_name)
+    if config.eval is None:
+        raise ValueError(f"{config_path} has no 'eval' section, so there is nothing to evaluate; see "
+                         "configs/tiny.yaml for one")
+    if "sft" in config.eval.systems:
+        raise ValueError("eval.systems lists 'sft', whose trainer this version does not have yet; leave it out")
+    run = RunDir(config.run_dir)
+    stage1 = {name: run.recorded(f"stage1/{name}", "the evaluation") for name in ("contexts", "candidates", "judgments")}
+    director = run.recorded("stage2/director", "the evaluation's MASCOT")
+    method = json.loads(run.recorded("stage2/summary", "the evaluation").path.read_text())["director_method"]
+    adapter = run.recorded("stage1/speaker", "the evaluation's MASCOT") if config.stage2.speaker is None else None
+    run.start(config, Path(config_path), stage="eval", until="report")
+    cache = {PREFECT_LOCAL_STORAGE_PATH: run.prefect_results, PREFECT_TASKS_REFRESH_CACHE: refresh}
+
+    with temporary_settings(updates=cache), stopped_at_step("the evaluation", run.root):
+        config = resolve_tiny_models(config)
+        evaluation, stage, train = config.eval, config.stage2, config.train
+        policy = train.director if method == "grpo" else train.director.model_copy(
+            update={"model": train.director_dpo.model, "chat_template_kwargs": train.director_dpo.chat_template_kwargs})
+        parts = Components(base_speaker=config.generation,
+                           trained_speaker=evaluation.speaker or stage.speaker or policy_backend(train.speaker,
+                                                                                                adapter.path),
+                           base_director=stage.director,
+                           trained_director=evaluation.director or policy_backend(policy, director.path),
+                           user=stage.user)
+        examples = few_shot_examples(stage1["contexts"], stage1["candidates"], stage1["judgments"],
+                                     evaluation.few_shot_examples, config.run.seed)
+        users = load_user_profiles(config.data.users).profiles if config.data.users else []
+        setups = [system_setup(name, parts, load_roster(config.data.roster), load_roster(evaluation.assistant), users,
+                               evaluation.block_turns or stage.episodes.block_turns,
+                               stage.episodes.max_directive_attempts, examples, evaluation.self_consistency_samples)
+                  for name in evaluation.systems]
+
+        with tracking.wandb_run(config, "eval"):
+            contexts = steps.write_eval_contexts(config.data, stage1["contexts"], config.run.seed,
+                                                 evaluation.out_of_domain, run.path("eval", "contexts.parquet"))
+            ids = contexts.read_parquet()["context_id"].to_list()
+            size = evaluation.contexts_per_shard
+            shards = [steps.play_conversations.submit(
+                ConversationJob(system=setup, contexts=contexts, seeds=evaluation.seeds, blocks=evaluation.blocks,
+                                requests=config.cache.requests),
+                ids[i:i + size], run.shard("eval", f"conversations-{setup.name}", i // size))
+                for setup in setups for i in range(0, len(ids), size)]
+            played = steps.merge_conversations(completed(shards), run.path("eval", "conversations.parquet"))
+            artifacts = {"eval/contexts": contexts, "eval/conversations": played}
+            run.record(artifacts)
+
+            job = ScoringJob(
+                persona_panel=PanelSpec.load(evaluation.judges, evaluation.rubric or config.stage1.rubric),
+                group_panel=PanelSpec.load(evaluation.group_judges, evaluation.group_rubric or stage.rubric, "block"),
+                roster=load_roster(config.data.roster), assistant=load_roster(evaluation.assistant), contexts=contexts,
+                seed=config.run.seed, requests=config.cache.requests,
+                max_judge_failure_rate=evaluation.max_judge_failure_rate)
+            judgments, scores = steps.score_conversations(job, played, run.path("eval", "judgments.parquet"),
+                                                          run.path("eval", "scores.parquet"))
+            artifacts |= {"eval/judgments": judgments, "eval/scores": scores}
+            run.record(artifacts)
+
+            trained_with = {"grpo": "GRPO, the paper's method", "dpo": "DPO, not the paper's method"}[method]
+            notes = {"mascot": f"{SYSTEMS['mascot'].description}; its Director trained with {trained_with}"}
+            spec = ReportSpec(run=config.run.name, systems=evaluation.systems, seeds=evaluation.seeds,
+                              judges=judges_of(config), system_notes=notes, confidence=evaluation.confidence,
+                              resamples=evaluation.bootstrap_resamples, seed=config.run.seed)
+            artifacts |= steps.report_evaluation(spec, contexts, scores, played, run.path("eval", "report"))
+            run.record(artifacts)
+    return artifacts

@@ -1,0 +1,173 @@
+"""What the evaluation reports: eval/summary.json and eval/report.md, and the same tables to wandb.
+
+The report's first lines say who judged, with how many seeds, and what the numbers can and cannot
+claim: whether a judge of the evaluation also labelled the training data, and that the heuristic
+judges of the tiny profiles check the pipeline, not the recipe. Tables have the paper's shape
+(systems as rows, criteria as columns); every cell is mean ± sd [interval], and every row says its
+n, contexts and seeds. Differences appear only in the comparison tables, each against its named
+baseline with its interval and its Holm-adjusted p.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from mascot.artifacts import Artifact, write_json, write_text
+from mascot.evaluation.results import build_summary
+from mascot.evaluation.scoring import AUTOMATIC
+from mascot.evaluation.systems import SYSTEMS
+from mascot.tracking import log_metrics
+
+HEADLINE = ("persona_consistency", "social_contribution")
+LEVEL_TITLES = {"persona": "Persona level (0–100)", "collective": "Collective (0–100)",
+                AUTOMATIC: "Automatic metrics"}
+
+
+class ReportSpec(BaseModel):
+    """What the report says besides the scores: the run, its systems and seeds, who judged, and how."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run: str
+    systems: list[str]
+    seeds: list[int]
+    judges: dict[str, Any]  # persona, collective, pairwise labels; shared_with_training; heuristic_only
+    system_notes: dict[str, str] = {}
+    confidence: float = 0.95
+    resamples: int = 2000
+    seed: int = 0
+
+
+def write_report(spec: ReportSpec, contexts: Artifact, scores: Artifact, conversations: Artifact,
+                 out: Path) -> tuple[dict[str, Any], dict[str, Artifact]]:
+    summary = build_summary(spec.run, spec.systems, spec.seeds, spec.judges, contexts.read_parquet(),
+                            scores.read_parquet(), conversations.read_parquet(), spec.system_notes, spec.confidence,
+                            spec.resamples, spec.seed)
+    written = {"eval/summary": write_json(summary, out / "summary.json"),
+               "eval/report": write_text(report_markdown(summary), out / "report.md")}
+    log_metrics("eval", {f"{name}/{kind}": rows for name, results in summary["results"].items()
+                         for kind, rows in results.items() if rows})
+    return summary, written
+
+
+def preamble(summary: dict[str, Any]) -> list[str]:
+    judges, lines = summary["judges"], []
+    lines.append(f"Judges: {', '.join(judges['persona'])} (persona level), {', '.join(judges['collective'])} "
+                 f"(collective), {judges['pairwise']} (pairwise). Seeds: {len(summary['seeds'])} "
+                 f"({', '.join(map(str, summary['seeds']))}). Contexts: "
+                 + ", ".join(f"{n} {name}" for name, n in summary["contexts"].items())
+                 + "; none was read by any training step.")
+    shared = judges["shared_with_training"]
+    if shared:
+        lines.append(f"**These evaluation judges also labelled the training data: {', '.join(shared)}.** A policy "
+                     "trained on a judge's preferences is scored by that judge here, so MASCOT's differences can "
+                     "overstate what an independent judge would find.")
+    if judges["heuristic_only"]:
+        lines.append("**The judges are the offline heuristic judges, not LLMs: these numbers check that the pipeline "
+                     "runs and measures, and are not research claims about MASCOT.**")
+    lines.append("Judge scores are on 0–100 by the linear map 100 × (score − min) / (max − min) of the rubric's "
+                 "scale (1 → 0, 3 → 50, 5 → 100 on 1–5). A conversation's score is the mean over its companion "
+                 "turns (persona level) and over the panel's judges. Cells are mean ± sd over conversations "
+                 f"[{summary['confidence']:.0%} percentile bootstrap interval over contexts, the unit of "
+                 "independence].")
+    cot = summary["reasoning"]
+    if cot["turns"]:
+        lines.append(f"CoT systems: the reply is the text after the last `{cot['marker']}`; the reasoning before it "
+                     f"is never judged. {cot['unmarked']} of {cot['turns']} CoT turns had no marker and were kept "
+                     "whole.")
+    return lines
+
+
+def _digits(entry: dict[str, Any]) -> int:
+    """Judge scores (0–100) and lengths to one decimal; shares and sentiment to three."""
+    return 1 if entry["level"] != AUTOMATIC or entry["metric"] == "mean_length" else 3
+
+
+def _cell(entry: dict[str, Any] | None) -> str:
+    if entry is None or entry["mean"] is None:
+        return "–"
+    d = _digits(entry)
+    sd = f" ± {entry['sd']:.{d}f}" if entry["sd"] is not None else ""
+    undefined = f" ({entry['undefined']} undefined)" if entry.get("undefined") else ""
+    return f"{entry['mean']:.{d}f}{sd} [{entry['ci_low']:.{d}f}, {entry['ci_high']:.{d}f}]{undefined}"
+
+
+def _difference(entry: dict[str, Any]) -> str:
+    if entry["mean"] is None:
+        return "–"
+    d = _digits(entry)
+    p = f", p_holm {entry['p_holm']:.3f}" if entry.get("p_holm") is not None else ""
+    return f"{entry['mean']:+.{d}f} [{entry['ci_low']:+.{d}f}, {entry['ci_high']:+.{d}f}]{p}"
+
+
+def ordered_metrics(metrics: list[str]) -> list[str]:
+    """Headline criteria first, overall last."""
+    head = [m for m in HEADLINE if m in metrics]
+    tail = [m for m in metrics if m not in head and m != "overall"]
+    return [*head, *tail, *(["overall"] if "overall" in metrics else [])]
+
+
+def system_table(results: dict[str, Any], level: str, metrics: list[str], systems: list[str]) -> list[str]:
+    entries = {(e["system"], e["metric"]): e for e in results["summaries"] if e["level"] == level}
+    lines = ["| system | n (contexts, seeds) | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]
+    for system in systems:
+        first = next((entries[(system, m)] for m in metrics if (system, m) in entries), None)
+        if first is None:
+            continue
+        lines.append(f"| {SYSTEMS[system].label} | {first['n']} ({first['contexts']}, {first['seeds']}) | "
+                     + " | ".join(_cell(entries.get((system, m))) for m in metrics) + " |")
+    return lines
+
+
+def comparison_table(results: dict[str, Any], level: str, metrics: list[str], systems: list[str]) -> list[str]:
+    entries = {(e["baseline"], e["metric"]): e for e in results["comparisons"] if e["level"] == level}
+    lines = ["| MASCOT − baseline | contexts, seeds | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]
+    for baseline in systems:
+        first = next((entries[(baseline, m)] for m in metrics if (baseline, m) in entries), None)
+        if first is None:
+            continue
+        lines.append(f"| − {SYSTEMS[baseline].label} | {first['contexts']}, {first['seeds']} | "
+                     + " | ".join(_difference(entries[(baseline, m)]) if (baseline, m) in entries else "–"
+                                  for m in metrics) + " |")
+    return lines
+
+
+def report_markdown(summary: dict[str, Any]) -> str:
+    systems = summary["systems"]
+    lines = [f"# Evaluation: {summary['run']}", "", *(f"{line}\n" for line in preamble(summary)), "## Systems", "",
+             "| system | what it is |", "|---|---|",
+             *(f"| {SYSTEMS[s].label} (`{s}`) | {summary['system_notes'].get(s, SYSTEMS[s].description)} |"
+               for s in systems), ""]
+    for name, results in summary["results"].items():
+        lines += [f"## Contexts: {name}", ""]
+        for level, metrics in summary["metrics"].items():
+            if not metrics:
+                continue
+            metrics = ordered_metrics(metrics)
+            lines += [f"### {LEVEL_TITLES[level]}", "", *system_table(results, level, metrics, systems), ""]
+            lines += [(f"MASCOT against each baseline ({LEVEL_TITLES[level].split(' (')[0].lower()}): the paired "
+                       "difference over the contexts both played [interval over contexts], Wilcoxon's signed-rank "
+                       "p, Holm-adjusted across this table's metrics."), "",
+                      *comparison_table(results, level, metrics, systems), ""]
+    agreement = summary["agreement"]
+    lines += ["## Agreement between judges", ""]
+    for level, entry in agreement.items():
+        alpha = "not computable (fewer than two judges)" if entry["alpha"] is None else f"{entry['alpha']:.3f}"
+        lines.append(f"- {level}: Krippendorff's alpha (interval) {alpha}, {entry['judges']} judge(s), "
+                     f"{entry['items']} conversations.")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def judges_of(config) -> dict[str, Any]:
+    """The evaluation's panels by label, which of them also judged training data (the same label, so the
+    same model or the heuristic, in stage1.judges or stage2.judges), and whether all are heuristic."""
+    evaluation = config.eval
+    judges = [*evaluation.judges, *evaluation.group_judges, evaluation.pairwise]
+    training = {judge.label for judge in [*config.stage1.judges, *config.stage2.judges]}
+    return {"persona": [j.label for j in evaluation.judges], "collective": [j.label for j in evaluation.group_judges],
+            "pairwise": evaluation.pairwise.label,
+            "shared_with_training": sorted({j.label for j in judges if j.label in training}),
+            "heuristic_only": all(j.kind == "heuristic" for j in judges)}

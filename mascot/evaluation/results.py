@@ -1,0 +1,112 @@
+"""From scores.parquet to the evaluation's numbers: each system's score per metric, and MASCOT against
+each other system, on each evaluation set.
+
+A conversation's score on a judged metric is the mean over the panel's judges that scored it (their
+agreement is reported beside). Every summary resamples contexts (`mascot.evaluation.statistics`):
+per system, mean ± sd over conversations, n conversations, contexts and seeds, and an interval;
+per comparison, the baseline it is against, the paired difference over the contexts both systems
+played, its interval, Wilcoxon's p and the Holm-adjusted p across the comparison's metrics. No
+difference is reported without its baseline.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from mascot.evaluation.scoring import AUTOMATIC
+from mascot.evaluation.statistics import (
+    holm,
+    judge_agreement,
+    paired_comparison,
+    per_context_means,
+    summarise,
+)
+
+REFERENCE = "mascot"
+
+
+def panel_scores(scores: pl.DataFrame) -> pl.DataFrame:
+    """One row per conversation and metric: the mean over the panel's judges (automatic metrics as they are);
+    null where no judge scored it, or the metric is undefined for it, so that summaries count it apart."""
+    return (scores
+            .group_by("system", "context_id", "seed", "level", "metric", maintain_order=True)
+            .agg(pl.col("value").mean(), pl.col("judge").n_unique().alias("judges")))
+
+
+def evaluation_results(scores: pl.DataFrame, contexts: pl.DataFrame, systems: list[str], confidence: float = 0.95,
+                       resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """Every system's summaries and MASCOT's comparisons, for each evaluation set and for all of them."""
+    merged = panel_scores(scores).join(contexts.select("context_id", "eval_set"), on="context_id", how="left")
+    sets = {"all": merged, **{name: rows for (name,), rows in merged.group_by("eval_set", maintain_order=True)}}
+    return {name: _set_results(rows, systems, confidence, resamples, seed) for name, rows in sets.items()}
+
+
+def _set_results(rows: pl.DataFrame, systems: list[str], confidence: float, resamples: int, seed: int) -> dict:
+    summaries, comparisons = [], []
+    for (level, metric), metric_rows in rows.group_by("level", "metric", maintain_order=True):
+        per_system = {}
+        for system in systems:
+            own = metric_rows.filter(pl.col("system") == system)
+            if own.is_empty():
+                continue
+            values, contexts = own["value"].to_list(), own["context_id"].to_list()
+            summaries.append({"level": level, "metric": metric, "system": system,
+                              **summarise(values, contexts, own["seed"].to_list(), confidence, resamples, seed)})
+            per_system[system] = per_context_means(values, contexts)
+        seeds = metric_rows["seed"].n_unique()
+        for baseline in systems:
+            if baseline != REFERENCE and REFERENCE in per_system and baseline in per_system:
+                comparisons.append({"level": level, "metric": metric, "system": REFERENCE, "baseline": baseline,
+                                    "seeds": seeds, **paired_comparison(per_system[REFERENCE], per_system[baseline],
+                                                                        confidence, resamples, seed)})
+    # Holm across the metrics of one comparison (MASCOT against one baseline, at one level).
+    for baseline in {c["baseline"] for c in comparisons}:
+        for level in {c["level"] for c in comparisons}:
+            group = [c for c in comparisons if c["baseline"] == baseline and c["level"] == level]
+            for comparison, adjusted in zip(group, holm([c["p"] for c in group]), strict=True):
+                comparison["p_holm"] = adjusted
+                comparison["holm_family"] = f"{level} metrics of mascot vs {baseline} ({len(group)})"
+    return {"summaries": summaries, "comparisons": comparisons}
+
+
+def judge_agreements(scores: pl.DataFrame) -> dict[str, Any]:
+    """Krippendorff's alpha between the judges of each panel on the conversations' overall scores."""
+    result = {}
+    for level in ("persona", "collective"):
+        rows = scores.filter((pl.col("level") == level) & (pl.col("metric") == "overall")).drop_nulls("value")
+        by_judge: dict[str, dict[str, float]] = {}
+        for record in rows.iter_rows(named=True):
+            item = f"{record['system']}|{record['context_id']}|{record['seed']}"
+            by_judge.setdefault(record["judge"], {})[item] = record["value"]
+        result[level] = judge_agreement(by_judge)
+    return result
+
+
+def metric_names(scores: pl.DataFrame) -> dict[str, list[str]]:
+    """The metrics of each level, in the order they were scored."""
+    names: dict[str, list[str]] = {}
+    for level, metric in scores.select("level", "metric").unique(maintain_order=True).iter_rows():
+        names.setdefault(level, []).append(metric)
+    return {level: names.get(level, []) for level in ("persona", "collective", AUTOMATIC)}
+
+
+def reasoning_counts(conversations: pl.DataFrame) -> dict[str, int]:
+    """CoT turns, and those whose reply had no marker (kept whole)."""
+    marked = conversations.filter(pl.col("role") == "companion")["reasoning_marked"].drop_nulls()
+    return {"turns": marked.len(), "unmarked": int((~marked).sum())}
+
+
+def build_summary(run: str, systems: list[str], seeds: list[int], judges: dict[str, Any], contexts: pl.DataFrame,
+                  scores: pl.DataFrame, conversations: pl.DataFrame, system_notes: dict[str, str],
+                  confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """Everything report.md and summary.json show."""
+    from mascot.evaluation.systems import REPLY_MARKER
+
+    return {"run": run, "systems": systems, "system_notes": system_notes, "seeds": seeds, "judges": judges,
+            "contexts": dict(contexts.group_by("eval_set", maintain_order=True).len().iter_rows()),
+            "confidence": confidence, "metrics": metric_names(scores),
+            "reasoning": {"marker": REPLY_MARKER, **reasoning_counts(conversations)},
+            "results": evaluation_results(scores, contexts, systems, confidence, resamples, seed),
+            "agreement": judge_agreements(scores)}
