@@ -5,7 +5,8 @@
 It reads a finished Stage 2 of the same run (and Stage 1's contexts, candidates, judgments and
 Speaker). Evaluation contexts -> every system's conversations (in shards, all in flight under each
 backend's one limit) -> the evaluation's own judges and the automatic metrics -> statistics over
-contexts -> eval/report.md and summary.json. Every request goes through the request cache, so a
+contexts; and a pairwise judge on MASCOT against each baseline, in both orders -> eval/report.md
+and summary.json. Every request goes through the request cache, so a
 killed run resumes without paying for a request twice.
 """
 
@@ -25,6 +26,7 @@ from mascot.artifacts import Artifact, RunDir
 from mascot.config import load_config
 from mascot.evaluation.baselines import few_shot_examples
 from mascot.evaluation.conversations import ConversationJob
+from mascot.evaluation.pairwise import PairwiseJob
 from mascot.evaluation.report import ReportSpec, judges_of
 from mascot.evaluation.scoring import ScoringJob
 from mascot.evaluation.systems import SYSTEMS, Components, system_setup
@@ -100,7 +102,12 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
                 max_judge_failure_rate=evaluation.max_judge_failure_rate)
             judgments, scores = steps.score_conversations(job, played, run.path("eval", "judgments.parquet"),
                                                           run.path("eval", "scores.parquet"))
-            artifacts |= {"eval/judgments": judgments, "eval/scores": scores}
+            preferences = steps.judge_preferences(
+                PairwiseJob(judge=evaluation.pairwise, rubric=job.group_panel.rubric, roster=job.roster,
+                            assistant=job.assistant, contexts=contexts, seed=config.run.seed,
+                            requests=config.cache.requests),
+                played, run.path("eval", "preferences.parquet"))
+            artifacts |= {"eval/judgments": judgments, "eval/scores": scores, "eval/preferences": preferences}
             run.record(artifacts)
 
             trained_with = {"grpo": "GRPO, the paper's method", "dpo": "DPO, not the paper's method"}[method]
@@ -108,6 +115,6 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
             spec = ReportSpec(run=config.run.name, systems=evaluation.systems, seeds=evaluation.seeds,
                               judges=judges_of(config), system_notes=notes, confidence=evaluation.confidence,
                               resamples=evaluation.bootstrap_resamples, seed=config.run.seed)
-            artifacts |= steps.report_evaluation(spec, contexts, scores, played, run.path("eval", "report"))
+            artifacts |= steps.report_evaluation(spec, contexts, scores, played, preferences, run.path("eval", "report"))
             run.record(artifacts)
     return artifacts

@@ -9,8 +9,9 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from mascot.artifacts import Artifact, merge_parquet
 from mascot.config import DataConfig
-from mascot.evaluation import conversations, report, scoring
+from mascot.evaluation import conversations, pairwise, report, scoring
 from mascot.evaluation.conversations import ConversationJob
+from mascot.evaluation.pairwise import PairwiseJob
 from mascot.evaluation.report import ReportSpec
 from mascot.evaluation.scoring import ScoringJob
 from tasks.caching import CACHED, keyed
@@ -39,10 +40,15 @@ def score_conversations(job: ScoringJob, played: Artifact, judgments: Path, out:
     return scoring.score_conversations(job, played, keyed(judgments), keyed(out))
 
 
+@task(**CACHED, **REPORTED, **LLM_RETRIES)
+def judge_preferences(job: PairwiseJob, played: Artifact, out: Path) -> Artifact:
+    return pairwise.judge_preferences(job, played, keyed(out))
+
+
 @task(**CACHED, **REPORTED)
 def report_evaluation(spec: ReportSpec, contexts: Artifact, scores: Artifact, played: Artifact,
-                      out: Path) -> dict[str, Artifact]:
-    summary, written = report.write_report(spec, contexts, scores, played, keyed(out))
+                      preferences: Artifact, out: Path) -> dict[str, Artifact]:
+    summary, written = report.write_report(spec, contexts, scores, played, preferences, keyed(out))
     key = f"{spec.run}-eval".lower().replace("_", "-").replace(".", "-")
     rows = [entry for entry in summary["results"]["all"]["summaries"] if entry["metric"] == "overall"]
     if rows:

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from mascot.artifacts import Artifact, write_json, write_text
+from mascot.evaluation.pairwise import preference_results
 from mascot.evaluation.results import build_summary
 from mascot.evaluation.scoring import AUTOMATIC
 from mascot.evaluation.systems import SYSTEMS
@@ -42,14 +43,17 @@ class ReportSpec(BaseModel):
 
 
 def write_report(spec: ReportSpec, contexts: Artifact, scores: Artifact, conversations: Artifact,
-                 out: Path) -> tuple[dict[str, Any], dict[str, Artifact]]:
+                 preferences: Artifact, out: Path) -> tuple[dict[str, Any], dict[str, Artifact]]:
     summary = build_summary(spec.run, spec.systems, spec.seeds, spec.judges, contexts.read_parquet(),
                             scores.read_parquet(), conversations.read_parquet(), spec.system_notes, spec.confidence,
                             spec.resamples, spec.seed)
+    summary["preferences"] = preference_results(preferences.read_parquet(), spec.confidence, spec.resamples,
+                                                spec.seed)
     written = {"eval/summary": write_json(summary, out / "summary.json"),
                "eval/report": write_text(report_markdown(summary), out / "report.md")}
-    log_metrics("eval", {f"{name}/{kind}": rows for name, results in summary["results"].items()
-                         for kind, rows in results.items() if rows})
+    tables = {f"{name}/{kind}": rows for name, results in summary["results"].items() for kind, rows in results.items()}
+    log_metrics("eval", {name: rows for name, rows in {**tables, "preferences": summary["preferences"]}.items()
+                         if rows})
     return summary, written
 
 
@@ -152,6 +156,7 @@ def report_markdown(summary: dict[str, Any]) -> str:
                        "difference over the contexts both played [interval over contexts], Wilcoxon's signed-rank "
                        "p, Holm-adjusted across this table's metrics."), "",
                       *comparison_table(results, level, metrics, systems), ""]
+    lines += preference_markdown(summary)
     agreement = summary["agreement"]
     lines += ["## Agreement between judges", ""]
     for level, entry in agreement.items():
@@ -171,3 +176,26 @@ def judges_of(config) -> dict[str, Any]:
             "pairwise": evaluation.pairwise.label,
             "shared_with_training": sorted({j.label for j in judges if j.label in training}),
             "heuristic_only": all(j.kind == "heuristic" for j in judges)}
+
+
+def preference_markdown(summary: dict[str, Any]) -> list[str]:
+    judges = summary["judges"]
+    lines = ["## Head-to-head preference", "",
+             (f"The pairwise judge ({judges['pairwise']}) compared MASCOT's conversation with each baseline's on "
+             "the same context and seed, once with MASCOT first and once second. A pair is a win or a loss when "
+             "both orders agree, else a tie; the win rate counts ties as half, with a "
+             f"{summary['confidence']:.0%} bootstrap interval over contexts; position consistency is the share of "
+             "pairs whose verdict survived the swap."), ""]
+    if judges["pairwise"] == "heuristic":
+        lines += [("The heuristic pairwise judge compares scores, so it cannot favour a position: its consistency is "
+                  "1 by construction, not a finding."), ""]
+    lines += [("| MASCOT against | pairs (contexts, seeds) | wins | ties | losses | win rate | position consistency | "
+              "failed pairs |"), "|---|---|---|---|---|---|---|---|"]
+    for entry in summary["preferences"]:
+        rate = ("–" if entry["win_rate"] is None else
+                f"{entry['win_rate']:.1%} [{entry['ci_low']:.1%}, {entry['ci_high']:.1%}]")
+        consistency = "–" if entry["position_consistency"] is None else f"{entry['position_consistency']:.1%}"
+        lines.append(f"| {SYSTEMS[entry['baseline']].label} | {entry['n']} ({entry['contexts']}, {entry['seeds']}) | "
+                     f"{entry['wins']} | {entry['ties']} | {entry['losses']} | {rate} | {consistency} | "
+                     f"{entry['failed_pairs']} |")
+    return [*lines, ""]

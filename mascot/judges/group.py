@@ -52,7 +52,7 @@ class BlockItem:
     block: list[Turn]  # the trajectory: companion turns, and the user's turns between blocks
 
 
-def _turn_lines(turns: list[Turn], roster: Roster) -> list[dict[str, str]]:
+def turn_lines(turns: list[Turn], roster: Roster) -> list[dict[str, str]]:
     def label(turn: Turn) -> str:
         return roster.get(turn.speaker).name if turn.role == "companion" else turn.speaker.capitalize()
 
@@ -65,7 +65,7 @@ def group_judge_messages(rubric: Rubric, item: BlockItem) -> list[dict[str, str]
     query = meeting_query(item.context)
     system = render("judge_group.j2", section="system", rubric=rubric, domain=item.context.domain, query=query)
     user = render("judge_group.j2", section="user", personas=item.roster.active, query=query and escape_data(query),
-                  context=_turn_lines(item.state, item.roster), block=_turn_lines(item.block, item.roster))
+                  context=turn_lines(item.state, item.roster), block=turn_lines(item.block, item.roster))
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 

@@ -27,7 +27,7 @@ from mascot.prompts import render
 from mascot.rubrics import Rubric
 
 # Our delimiter tags; the same text inside data would let a context close its own block.
-DELIMITER_TAG = re.compile(r"<(/?\s*(?:persona|personas|query|context|candidate|block)\b)", re.IGNORECASE)
+DELIMITER_TAG = re.compile(r"<(/?\s*(?:persona|personas|query|context|candidate|block|a|b)\b)", re.IGNORECASE)
 EMPTY_REPLY = "(empty reply)"
 
 

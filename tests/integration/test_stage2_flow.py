@@ -174,7 +174,8 @@ def evaluation_report_is_complete(folder: Path, systems: list[str]) -> None:
     first = report.split("## Systems")[0]
     assert "sim-eval-judge (persona level)" in first and "Seeds: 1 (0)" in first
     assert "also labelled the training data" not in first  # the evaluation's judges are its own
-    rows = [line for line in report.splitlines() if line.startswith("| ") and not line.startswith("| system |")
+    scores = report.split("## Head-to-head preference")[0]
+    rows = [line for line in scores.splitlines() if line.startswith("| ") and not line.startswith("| system |")
             and not line.startswith("| MASCOT − baseline") and "---" not in line]
     tables = 0
     for line in rows:
@@ -186,6 +187,18 @@ def evaluation_report_is_complete(folder: Path, systems: list[str]) -> None:
         elif re.fullmatch(r"\d+ \(\d+, 1\)", cells[1]):  # a system row: n (contexts, seeds)
             assert all(re.fullmatch(CELL, cell) for cell in cells[2:]), line
     assert tables == 3 * 3 * (len(systems) - 1)  # three sets (all, held out, ESConv), three levels
+
+    # Head-to-head: the pairwise judge saw every pair in both orders, and every win rate has its interval.
+    preferences = pl.read_parquet(folder / "preferences.parquet")
+    assert preferences.group_by("baseline", "context_id", "seed").len()["len"].to_list() == \
+        [2] * (preferences.height // 2)
+    assert set(preferences["order"]) == {"mascot_first", "mascot_second"}
+    for entry in summary["preferences"]:
+        assert entry["n"] + entry["failed_pairs"] == preferences.filter(pl.col("baseline") == entry["baseline"]).height // 2
+        assert entry["wins"] + entry["ties"] + entry["losses"] == entry["n"] and entry["seeds"] == 1
+        assert None not in (entry["win_rate"], entry["ci_low"], entry["ci_high"], entry["position_consistency"])
+    assert {e["baseline"] for e in summary["preferences"]} == set(systems) - {"mascot"}
+    assert "## Head-to-head preference" in report
 
 
 def director_round_trip(adapter: Path, base: Path) -> None:

@@ -1,0 +1,193 @@
+"""Head-to-head preference: a pairwise judge compares MASCOT's conversation with a baseline's, in both orders.
+
+For every baseline, context and seed that both systems played, the judge sees the two continuations
+of the same context twice: MASCOT's as A and the baseline's as B, then swapped. Each order's
+verdict is read from MASCOT's side (win, tie, loss). The pair's outcome is a win (1) or a loss (0)
+when both orders agree, and a tie (0.5) otherwise (a tie in either order, or verdicts that flip with
+the position); the position-consistency rate is the share of pairs whose verdict survived the swap.
+
+The LLM pairwise judge (`judge_pairwise.j2`) answers `{"reason", "winner"}` as structured output,
+retried with a repair turn, then recorded as failed; a pair with a failed order is left out and
+counted. The offline `HeuristicPairwiseJudge` (not an LLM) prefers the conversation the group
+heuristic judge scores higher overall, by at least `TIE_MARGIN`: it cannot favour a position, so its
+consistency is 1 by construction, and the report says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict
+
+from mascot.artifacts import Artifact, write_parquet
+from mascot.config import JudgeConfig, SamplingParams
+from mascot.data.contexts import read_contexts
+from mascot.data.qmsum import meeting_query
+from mascot.dialogue.episodes import row_turn
+from mascot.dialogue.turns import Turn, opening_turns
+from mascot.evaluation.statistics import win_rate
+from mascot.evaluation.systems import SYSTEMS
+from mascot.judges.group import BlockItem, GroupHeuristicJudge, turn_lines
+from mascot.judges.llm_judge import escape_data
+from mascot.llm import LLMBackend, make_backend, request_batch, shared_cache
+from mascot.llm.structured import ReplyError, extract_json_object
+from mascot.progress import cache_hits, shard_progress
+from mascot.prompts import render
+from mascot.queries import request_seed
+from mascot.roster import Roster
+from mascot.rubrics import Rubric
+
+TIE_MARGIN = 0.1  # the heuristic pairwise judge's smallest overall-score gap (1-5 scale) that is not a tie
+VERDICTS = ("A", "B", "tie")
+PREFERENCE_SCHEMA = {"baseline": pl.String, "context_id": pl.String, "seed": pl.Int64, "order": pl.String,
+                     "judge": pl.String, "winner": pl.String, "mascot": pl.Float64, "reason": pl.String,
+                     "ok": pl.Boolean, "error": pl.String, "attempts": pl.Int64}
+
+
+@dataclass(frozen=True)
+class Side:
+    """One system's continuation of a context, with the roster its speakers come from."""
+
+    roster: Roster
+    turns: list[Turn]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    winner: str | None  # "A", "B", "tie"; None when the judgment failed
+    reason: str
+    error: str | None = None
+    attempts: int = 1
+
+
+def pairwise_messages(rubric: Rubric, opening: list[Turn], a: Side, b: Side, domain: str,
+                      query: str | None) -> list[dict[str, str]]:
+    system = render("judge_pairwise.j2", section="system", rubric=rubric, domain=domain, query=query)
+    user = render("judge_pairwise.j2", section="user", query=query and escape_data(query),
+                  context=turn_lines(opening, a.roster), a=turn_lines(a.turns, a.roster),
+                  b=turn_lines(b.turns, b.roster))
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "preference", "strict": True, "schema": {
+    "type": "object", "properties": {"reason": {"type": "string"}, "winner": {"type": "string", "enum": list(VERDICTS)}},
+    "required": ["reason", "winner"], "additionalProperties": False}}}
+
+
+class LLMPairwiseJudge:
+    def __init__(self, backend: LLMBackend, rubric: Rubric, name: str, max_attempts: int = 3,
+                 params: SamplingParams | None = None):
+        self.backend, self.rubric, self.name, self.max_attempts = backend, rubric, name, max_attempts
+        self.params = params or SamplingParams(temperature=0.0, max_new_tokens=512)
+
+    async def compare(self, context, a: Side, b: Side, seed: int) -> Verdict:
+        messages = pairwise_messages(self.rubric, opening_turns(context), a, b, context.domain, meeting_query(context))
+        error = "no attempt was made"
+        for attempt in range(self.max_attempts):
+            reply = (await self.backend.generate(messages, n=1, params=self.params, seed=seed + attempt,
+                                                 response_format=RESPONSE_FORMAT))[0]
+            try:
+                found = extract_json_object(reply, {"winner", "reason"})
+                if found.get("winner") not in VERDICTS:
+                    raise ReplyError(f'"winner" must be one of {list(VERDICTS)}, got {found.get("winner")!r}')
+                return Verdict(found["winner"], str(found.get("reason", "")), attempts=attempt + 1)
+            except ReplyError as exc:
+                error = str(exc)
+                messages = [*messages, {"role": "assistant", "content": reply.strip() or "(empty reply)"},
+                            {"role": "user", "content": f"Your reply could not be used: {error}. Answer again with "
+                                                        'the JSON object only: {"reason": ..., "winner": "A", "B" '
+                                                        'or "tie"}.'}]
+        return Verdict(None, "", error, self.max_attempts)
+
+
+class HeuristicPairwiseJudge:
+    """Not an LLM: the continuation the group heuristic judge scores higher overall, or a tie."""
+
+    def __init__(self, rubric: Rubric, name: str = "heuristic"):
+        self.group, self.name = GroupHeuristicJudge(rubric, name), name
+
+    async def compare(self, context, a: Side, b: Side, seed: int) -> Verdict:
+        opening = opening_turns(context)
+        overall = [sum(scores.values()) / len(scores) for scores, _ in
+                   (self.group.score(BlockItem("", 0, context, side.roster, opening, side.turns)) for side in (a, b))]
+        gap = overall[0] - overall[1]
+        winner = "tie" if abs(gap) < TIE_MARGIN else "A" if gap > 0 else "B"
+        return Verdict(winner, f"group heuristic overall {overall[0]:.2f} (A) against {overall[1]:.2f} (B)")
+
+
+def make_pairwise_judge(config: JudgeConfig, rubric: Rubric, cache=None):
+    if config.kind == "heuristic":
+        return HeuristicPairwiseJudge(rubric, config.label)
+    return LLMPairwiseJudge(make_backend(config.backend, cache=cache), rubric, config.label, config.max_attempts,
+                            config.backend.params)
+
+
+class PairwiseJob(BaseModel):
+    """The pairwise judge, the collective rubric it weighs by, the rosters, and the request cache."""
+
+    model_config = ConfigDict(frozen=True)
+
+    judge: JudgeConfig
+    rubric: Rubric
+    roster: Roster
+    assistant: Roster
+    contexts: Artifact
+    seed: int
+    requests: Path
+
+
+def judge_preferences(job: PairwiseJob, conversations: Artifact, out: Path) -> Artifact:
+    """Both orders of every (baseline, context, seed) against MASCOT: one row per order."""
+    cache = shared_cache(job.requests)
+    judge = make_pairwise_judge(job.judge, job.rubric, cache)
+    contexts = read_contexts(job.contexts)
+    sides = {}
+    for (system, context_id, seed), rows in conversations.read_parquet().group_by(
+            "system", "context_id", "seed", maintain_order=True):
+        turns = [row_turn(r) for r in rows.sort("turn_idx").iter_rows(named=True)]
+        sides[(system, context_id, seed)] = Side(job.roster if SYSTEMS[system].group else job.assistant, turns)
+    pairs = [(baseline, context_id, seed) for (baseline, context_id, seed) in sides
+             if baseline != "mascot" and ("mascot", context_id, seed) in sides]
+
+    async def both_orders(row, baseline: str, context_id: str, seed: int) -> list[dict]:
+        mascot, other = sides[("mascot", context_id, seed)], sides[(baseline, context_id, seed)]
+        results = []
+        for order, (a, b) in (("mascot_first", (mascot, other)), ("mascot_second", (other, mascot))):
+            row.started()
+            verdict = await judge.compare(contexts[context_id], a, b,
+                                          request_seed(job.seed, "pairwise", baseline, context_id, str(seed), order))
+            row.finished()
+            mine = "A" if order == "mascot_first" else "B"
+            score = None if verdict.winner is None else 0.5 if verdict.winner == "tie" else float(verdict.winner == mine)
+            results.append({"baseline": baseline, "context_id": context_id, "seed": seed, "order": order,
+                            "judge": judge.name, "winner": verdict.winner, "mascot": score, "reason": verdict.reason,
+                            "ok": verdict.winner is not None, "error": verdict.error, "attempts": verdict.attempts})
+        return results
+
+    async def run(row):
+        return await asyncio.gather(*(both_orders(row, *pair) for pair in pairs))
+
+    with shard_progress("pairwise preferences", 2 * len(pairs), cache_hits(cache)) as row, request_batch():
+        rows = [r for pair in asyncio.run(run(row)) for r in pair]
+    return write_parquet(pl.DataFrame(rows, schema=PREFERENCE_SCHEMA), out)
+
+
+def preference_results(preferences: pl.DataFrame, confidence: float = 0.95, resamples: int = 2000,
+                       seed: int = 0) -> list[dict]:
+    """Per baseline: wins, ties and losses of MASCOT, its win rate with an interval over contexts, the
+    position-consistency rate, and the pairs left out because an order's judgment failed."""
+    results = []
+    for (baseline,), rows in preferences.group_by("baseline", maintain_order=True):
+        wide = rows.pivot(on="order", index=["context_id", "seed"], values="mascot")
+        judged = wide.drop_nulls(["mascot_first", "mascot_second"])
+        first, second = judged["mascot_first"].to_list(), judged["mascot_second"].to_list()
+        outcomes = [a if a == b and a != 0.5 else 0.5 for a, b in zip(first, second, strict=True)]
+        consistent = sum(a == b for a, b in zip(first, second, strict=True))
+        results.append({"baseline": baseline, "failed_pairs": wide.height - judged.height,
+                        "seeds": judged["seed"].n_unique(),
+                        "position_consistency": consistent / judged.height if judged.height else None,
+                        **win_rate(outcomes, judged["context_id"].to_list(), confidence, resamples, seed)})
+    return results

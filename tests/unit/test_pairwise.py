@@ -1,0 +1,79 @@
+"""Head-to-head preference: both orders, outcomes and position consistency by hand, and the LLM
+pairwise judge's requests as a loopback server receives them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import polars as pl
+import pytest
+from chat_server import make_app
+from loopback_servers import serve
+from test_cli import REPO
+
+from mascot.config import JudgeConfig
+from mascot.data.context import Context, Message
+from mascot.dialogue.turns import Turn
+from mascot.evaluation.pairwise import (
+    PREFERENCE_SCHEMA,
+    VERDICTS,
+    Side,
+    make_pairwise_judge,
+    preference_results,
+)
+from mascot.roster import load_roster
+from mascot.rubrics import load_rubric
+
+ROSTER = load_roster(REPO / "configs" / "rosters" / "emotional_support.yaml")
+ASSISTANT = load_roster(REPO / "configs" / "rosters" / "assistant_emotional_support.yaml")
+RUBRIC = load_rubric(REPO / "configs" / "rubrics" / "group_emotional_support.yaml")
+CONTEXT = Context(id="c1", domain="emotional_support", source="test", split="test",
+                  history=[Message(role="user", content="I lost my job today and I feel numb.")])
+GROUP = Side(ROSTER, [Turn("anchor", "That sounds like a shock; feeling numb makes sense."),
+                      Turn("catalyst", "What is one small thing that could help you tonight?")])
+SINGLE = Side(ASSISTANT, [Turn("assistant", "Sorry to hear that.")])
+
+
+def rows(baseline: str, context: str, first: float | None, second: float | None) -> list[dict]:
+    return [{"baseline": baseline, "context_id": context, "seed": 0, "order": order, "judge": "j", "winner": None,
+             "mascot": score, "reason": "", "ok": score is not None, "error": None, "attempts": 1}
+            for order, score in (("mascot_first", first), ("mascot_second", second))]
+
+
+def test_outcomes_and_position_consistency_by_hand():
+    # win/win -> 1; win then loss (flips with the position) -> 0.5; tie/tie -> 0.5; loss/loss -> 0;
+    # a failed order leaves its pair out.
+    frame = pl.DataFrame([*rows("zero_shot", "a", 1, 1), *rows("zero_shot", "b", 1, 0), *rows("zero_shot", "c", 0.5, 0.5),
+                          *rows("zero_shot", "d", 0, 0), *rows("zero_shot", "e", 1, None)], schema=PREFERENCE_SCHEMA)
+    [result] = preference_results(frame)
+    assert (result["wins"], result["ties"], result["losses"], result["n"], result["failed_pairs"]) == (1, 2, 1, 4, 1)
+    assert result["win_rate"] == pytest.approx(0.5) and result["position_consistency"] == pytest.approx(0.75)
+    assert result["contexts"] == 4 and result["ci_low"] <= 0.5 <= result["ci_high"]
+
+
+def test_the_heuristic_pairwise_judge_cannot_favour_a_position():
+    judge = make_pairwise_judge(JudgeConfig(kind="heuristic"), RUBRIC)
+    first = asyncio.run(judge.compare(CONTEXT, GROUP, SINGLE, 0)).winner
+    second = asyncio.run(judge.compare(CONTEXT, SINGLE, GROUP, 0)).winner
+    assert {first, second} in ({"tie"}, {"A", "B"}) and (first == "tie") is (second == "tie")
+
+
+def test_the_llm_pairwise_judge_sees_both_continuations_swapped():
+    app = make_app(seconds_per_token=0.0)
+    with serve(app) as url:
+        config = JudgeConfig(kind="llm", name="sim-pairwise", backend={
+            "kind": "openai", "model": "sim-chat", "base_url": f"{url}/v1", "params": {"max_new_tokens": 30}})
+        judge = make_pairwise_judge(config, RUBRIC)
+        verdicts = [asyncio.run(judge.compare(CONTEXT, a, b, 7)) for a, b in ((GROUP, SINGLE), (SINGLE, GROUP))]
+        bodies = [json.loads(body) for body in app.state.stats.seen]
+    assert all(v.winner in VERDICTS for v in verdicts)
+    group_line, single_line = "[The Anchor] That sounds like a shock", "[Assistant] Sorry to hear that."
+    a_sides = []
+    for body in bodies:  # the server's record of bodies is not in arrival order
+        content = body["messages"][1]["content"]
+        a_part, b_part = content.split("<b>")
+        assert (group_line in a_part) is (single_line in b_part) and (group_line in a_part) is not (group_line in b_part)
+        a_sides.append(group_line in a_part)
+    assert sorted(a_sides) == [False, True]  # each continuation was A once and B once
+    assert bodies[0]["response_format"]["json_schema"]["schema"]["properties"]["winner"]["enum"] == list(VERDICTS)
