@@ -15,14 +15,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[all]"
 	touch $(STAMP)
 
-# Stage 1 then Stage 2 on the tiny offline profile: pairs, persona reward model, GRPO Speaker;
-# episodes, group reward model, GRPO Director; each with its before/after comparison. Each stage
-# ends by printing where its artifacts and report.md are.
+# The whole pipeline on the tiny offline profile, as one flow run: Stage 1 (pairs, persona reward
+# model, GRPO Speaker), Stage 2 (episodes, group reward model, GRPO Director), each with its
+# before/after comparison, then the evaluation against the baselines. It ends by printing where the
+# artifacts and reports are, and the evaluation's headline table.
 demo: $(STAMP)
 	$(BIN)/mascot config validate $(CONFIG)
 	$(BIN)/mascot models build --config $(CONFIG)
-	$(BIN)/mascot run stage1 --config $(CONFIG)
-	$(BIN)/mascot run stage2 --config $(CONFIG)
+	$(BIN)/mascot run pipeline --config $(CONFIG)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

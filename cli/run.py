@@ -122,6 +122,32 @@ def run_evaluate(config: ConfigOption, run_name: RunNameOption = None, refresh: 
     start_stage("eval", config, loaded, run_name, "report", refresh)
 
 
+@run_app.command("pipeline")
+def run_pipeline(
+    config: ConfigOption,
+    run_name: RunNameOption = None,
+    director_method: Annotated[DirectorMethod, typer.Option(
+        help="How Stage 2 trains the Director: 'grpo' (default, the paper's method) or 'dpo' (an alternative, NOT "
+             "the paper's method).")] = DirectorMethod.grpo,
+    refresh: RefreshOption = False,
+):
+    """The whole recipe in one flow run: Stage 1, Stage 2 and the evaluation, as subflows.
+
+    Each stage's steps are cached and resumable as when it runs alone; `mascot resume` after a failure
+    reruns the pipeline from where it stopped. Ends with the evaluation report's path and its headline
+    table. The Prefect server is chosen as for `mascot run stage1`.
+    """
+    loaded = load(config, check_machine=True)
+    missing = [section for section in ("stage2", "eval") if getattr(loaded, section) is None]
+    if missing:
+        fail(f"{config} has no {' or '.join(repr(s) for s in missing)} section, so the pipeline cannot run all "
+             "three stages; configs/tiny.yaml has them to copy")
+    if director_method is DirectorMethod.dpo and loaded.train.director_dpo is None:
+        fail(f"--director-method dpo trains train.director_dpo, which {config} does not have")
+    loaded = renamed(loaded, run_name)
+    start_stage("pipeline", config, loaded, run_name, director_method.value, refresh)
+
+
 def renamed(loaded: RunConfig, run_name: str | None) -> RunConfig:
     """The config under `--run-name`, checked like `run.name`."""
     if run_name is None:
@@ -150,8 +176,11 @@ def start_stage(stage: str, config: Path, loaded: RunConfig, run_name: str | Non
         from flows.stage1 import stage1 as flow
 
         parameters, label = {"until": step}, f"until {step}"
-    elif stage == "stage2":
-        from flows.stage2 import stage2 as flow
+    elif stage in ("stage2", "pipeline"):
+        if stage == "stage2":
+            from flows.stage2 import stage2 as flow
+        else:
+            from flows.pipeline import pipeline as flow
 
         parameters, label = {"director_method": step}, f"director method {step}"
     else:
@@ -165,7 +194,7 @@ def start_stage(stage: str, config: Path, loaded: RunConfig, run_name: str | Non
         fail(str(exc))
     console.print(server.describe(), highlight=False, soft_wrap=True)
     # The backend's SDK loads while Prefect sets the flow run up, rather than before the first request.
-    first_backend = loaded.generation if stage == "stage1" else loaded.stage2.director
+    first_backend = loaded.generation if stage in ("stage1", "pipeline") else loaded.stage2.director
     threading.Thread(target=preload, args=(first_backend,), daemon=True).start()
     try:
         # Tags find runs by profile (the config file's name) and domain in the UI and `prefect flow-run ls`.
@@ -174,10 +203,14 @@ def start_stage(stage: str, config: Path, loaded: RunConfig, run_name: str | Non
     except StageFailed as exc:  # it names the step, the cause and the resume command
         fail(str(exc), code=1)
     run = RunDir(loaded.run_dir)
-    title = "evaluation" if stage == "eval" else stage.replace("stage", "stage ")
+    title = {"eval": "evaluation", "pipeline": "pipeline"}.get(stage, stage.replace("stage", "stage "))
     console.print(f"[green]{title} done[/green] ({label}): {run.root}", highlight=False)
     for name, artifact in artifacts.items():
         console.print(f"  {name:<20} {run.contract_path(name, artifact)}", highlight=False, soft_wrap=True)
+    if "eval/summary" in artifacts:
+        from cli.headline import headline_table
+
+        console.print(headline_table(artifacts["eval/summary"].path))
     # Python's last garbage collection at exit walks every object Prefect and pydantic made, 0.7 s on a
     # small machine, to free memory the OS takes back anyway. Frozen objects are left out of it.
     gc.freeze()

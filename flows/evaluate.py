@@ -20,7 +20,7 @@ from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, PREFECT_TASKS_REFRESH_C
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.failures import completed, stopped_at_step
-from flows.naming import flow_run_name
+from flows.naming import flow_run_name, resume_stage
 from mascot import tracking
 from mascot.artifacts import Artifact, RunDir
 from mascot.config import load_config
@@ -58,7 +58,7 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
     director = run.recorded("stage2/director", "the evaluation's MASCOT")
     method = json.loads(run.recorded("stage2/summary", "the evaluation").path.read_text())["director_method"]
     adapter = run.recorded("stage1/speaker", "the evaluation's MASCOT") if config.stage2.speaker is None else None
-    run.start(config, Path(config_path), stage="eval", until="report")
+    run.start(config, Path(config_path), stage=resume_stage("eval"), until="report")
     cache = {PREFECT_LOCAL_STORAGE_PATH: run.prefect_results, PREFECT_TASKS_REFRESH_CACHE: refresh}
 
     with temporary_settings(updates=cache), stopped_at_step("the evaluation", run.root):

@@ -17,3 +17,9 @@ def flow_run_name(stage: str) -> Callable[[], str]:
         return f"{stage}/{parameters.get('run_name') or load_config(parameters['config_path']).run.name}"
 
     return name
+
+
+def resume_stage(stage: str) -> str | None:
+    """The stage a flow records as the run's resume request: its own, unless it runs as a subflow of the
+    pipeline, whose request (the whole pipeline) must stay, so that `mascot resume` reruns all of it."""
+    return None if flow_run.parent_flow_run_id else stage

@@ -23,7 +23,7 @@ from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, PREFECT_TASKS_REFRESH_C
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.failures import completed, stopped_at_step
-from flows.naming import flow_run_name
+from flows.naming import flow_run_name, resume_stage
 from mascot import tracking
 from mascot.artifacts import Artifact, RunDir
 from mascot.config import load_config
@@ -55,7 +55,7 @@ def stage1(config_path: str, run_name: str | None = None, until: Until = "speake
     if run_name:
         config = config.renamed(run_name)
     run = RunDir(config.run_dir)
-    run.start(config, Path(config_path), stage="stage1", until=until)
+    run.start(config, Path(config_path), stage=resume_stage("stage1"), until=until)
     # With `refresh`, every cached task recomputes and overwrites its cache record: the steps downstream
     # of a refreshed one are refreshed too, so none can return a result that names a replaced file.
     cache = {PREFECT_LOCAL_STORAGE_PATH: run.prefect_results, PREFECT_TASKS_REFRESH_CACHE: refresh}

@@ -21,7 +21,7 @@ from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, PREFECT_TASKS_REFRESH_C
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.failures import completed, stopped_at_step
-from flows.naming import flow_run_name
+from flows.naming import flow_run_name, resume_stage
 from mascot import tracking
 from mascot.artifacts import Artifact, RunDir
 from mascot.config import load_config
@@ -58,7 +58,7 @@ def stage2(config_path: str, run_name: str | None = None, director_method: Direc
     contexts = run.recorded("stage1/contexts", "stage 2")
     # Without a Speaker server, the Speaker is the Stage 1 adapter, in this process.
     adapter = run.recorded("stage1/speaker", "stage 2's Speaker") if config.stage2.speaker is None else None
-    run.start(config, Path(config_path), stage="stage2", until=director_method)
+    run.start(config, Path(config_path), stage=resume_stage("stage2"), until=director_method)
     cache = {PREFECT_LOCAL_STORAGE_PATH: run.prefect_results, PREFECT_TASKS_REFRESH_CACHE: refresh}
 
     with temporary_settings(updates=cache), stopped_at_step("stage 2", run.root):

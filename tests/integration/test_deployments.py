@@ -53,7 +53,7 @@ def worker(prefect_api, tmp_path):
         prefect(prefect_api, "work-pool", "create", pool, "--type", "process", "--overwrite")
     deployed = prefect(prefect_api, "deploy", "--all", "--prefect-file", "deployments/prefect.yaml")
     for name in ("stage1/stage1", "stage1/stage1-gpu", "stage2/stage2", "stage2/stage2-gpu", "evaluate/evaluate",
-                 "evaluate/evaluate-gpu"):
+                 "evaluate/evaluate-gpu", "pipeline/pipeline", "pipeline/pipeline-gpu"):
         assert f"'{name}' successfully created" in deployed, deployed[-3000:]
     with (tmp_path / "worker.log").open("w") as log:
         process = subprocess.Popen([PREFECT, "worker", "start", "--pool", "mascot-local"], stdout=log,

@@ -234,3 +234,38 @@ def test_stage2_without_a_finished_stage1_says_what_to_run(tmp_path, prefect_api
     output = run("run", "stage2", "--config", str(config), "--run-name", "fresh", api=prefect_api, status=2)
     assert "reads stage1/contexts" in output and "mascot run stage1" in output, output[-2000:]
     assert not (tmp_path / "runs" / "fresh").exists()
+
+
+def test_the_pipeline_runs_every_stage_as_a_subflow_of_one_flow_run_and_resumes_as_a_whole(tmp_path, prefect_api,
+                                                                                          tiny_models):
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with serve(make_app(seconds_per_token=0.001)) as chat:
+        config = http_stage2_config(tmp_path, chat)
+        smaller = yaml.safe_load(config.read_text())  # what this test reads needs few episodes and systems
+        smaller["stage2"]["episodes"].update(branches=2, states=1, trajectory_blocks=1)
+        smaller["eval"]["systems"] = ["mascot", "mascot_c", "zero_shot"]
+        config.write_text(yaml.safe_dump(smaller, sort_keys=False))
+        output = run("run", "pipeline", "--config", str(config), "--run-name", "piped", api=prefect_api)
+        assert "pipeline done (director method grpo)" in output and "Evaluation of piped" in output
+        root = tmp_path / "runs" / "piped"
+        for report in ("stage1/report.md", "stage2/report.md", "eval/report.md"):
+            assert (root / report).exists(), report
+        assert json.loads((root / "manifest.json").read_text())["resume"] == {"stage": "pipeline", "until": "grpo"}
+
+        # Read from the Prefect server: one pipeline flow run, and each stage a flow run under it.
+        with temporary_settings(updates={PREFECT_API_URL: prefect_api}), get_client(sync_client=True) as client:
+            runs = {run.name: run for run in client.read_flow_runs() if run.name.endswith("/piped")}
+            assert set(runs) == {"pipeline/piped", "stage1/piped", "stage2/piped", "evaluate/piped"}, set(runs)
+            assert runs["pipeline/piped"].parent_task_run_id is None
+            for stage in ("stage1/piped", "stage2/piped", "evaluate/piped"):
+                parent = client.read_task_run(runs[stage].parent_task_run_id)
+                assert parent.flow_run_id == runs["pipeline/piped"].id, stage
+                assert runs[stage].state.is_completed()
+
+        # `mascot resume` reruns the whole pipeline, every step a cache hit, no request sent again.
+        before = httpx.get(f"{chat}/stats").json()["requests"]
+        output = run("resume", str(root), api=prefect_api)
+        assert "resuming pipeline" in output and "pipeline done" in output
+        assert httpx.get(f"{chat}/stats").json()["requests"] == before

@@ -163,5 +163,6 @@ def test_every_flow_has_a_deployment_on_each_pool():
              and any(isinstance(d, ast.Call) and getattr(d.func, "id", None) == "flow" for d in node.decorator_list)}
     deployments = yaml.safe_load((REPO / "deployments" / "prefect.yaml").read_text())["deployments"]
     pools = {(d["entrypoint"], d["work_pool"]["name"]) for d in deployments}
-    assert flows == {"flows/stage1.py:stage1", "flows/stage2.py:stage2", "flows/evaluate.py:evaluate"}
+    assert flows == {"flows/stage1.py:stage1", "flows/stage2.py:stage2", "flows/evaluate.py:evaluate",
+                     "flows/pipeline.py:pipeline"}
     assert pools == {(flow, pool) for flow in flows for pool in ("mascot-local", "mascot-gpu")}

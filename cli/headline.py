@@ -1,0 +1,41 @@
+"""The evaluation's headline table in the terminal: what `mascot run evaluate` and `pipeline` end with."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.table import Table
+
+from mascot.evaluation.report import HEADLINE
+from mascot.evaluation.systems import SYSTEMS
+
+
+def headline_table(summary_path: Path) -> Table:
+    """Each system's headline criteria (persona level) and collective overall score on all evaluation
+    contexts, mean [interval over contexts], and MASCOT's pairwise win rate against it."""
+    summary = json.loads(summary_path.read_text())
+    entries = {(e["level"], e["metric"], e["system"]): e for e in summary["results"]["all"]["summaries"]}
+    wins = {e["baseline"]: e for e in summary["preferences"]}
+    columns = [("persona", metric) for metric in HEADLINE] + [("collective", "overall")]
+    first = next(iter(entries.values()))
+    table = Table(title=f"Evaluation of {summary['run']}: {first['contexts']} contexts, {len(summary['seeds'])} "
+                        f"seed(s), 0-100, mean [{summary['confidence']:.0%} interval over contexts]",
+                  caption=f"judges: {', '.join(summary['judges']['persona'])}"
+                          + (" (heuristic: pipeline checks, not research claims)"
+                             if summary["judges"]["heuristic_only"] else ""))
+    table.add_column("system")
+    for level, metric in columns:
+        table.add_column(f"{metric.replace('_', ' ')} ({level})", justify="right")
+    table.add_column("MASCOT's win rate against it", justify="right")
+    for system in summary["systems"]:
+        cells = []
+        for level, metric in columns:
+            entry = entries.get((level, metric, system))
+            cells.append("–" if entry is None or entry["mean"] is None else
+                         f"{entry['mean']:.1f} [{entry['ci_low']:.1f}, {entry['ci_high']:.1f}]")
+        win = wins.get(system)
+        cells.append("" if win is None or win["win_rate"] is None else
+                     f"{win['win_rate']:.0%} [{win['ci_low']:.0%}, {win['ci_high']:.0%}] (n={win['n']})")
+        table.add_row(SYSTEMS[system].label, *cells)
+    return table
