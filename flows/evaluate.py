@@ -51,8 +51,6 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
     if config.eval is None:
         raise ValueError(f"{config_path} has no 'eval' section, so there is nothing to evaluate; see "
                          "configs/tiny.yaml for one")
-    if "sft" in config.eval.systems:
-        raise ValueError("eval.systems lists 'sft', whose trainer this version does not have yet; leave it out")
     run = RunDir(config.run_dir)
     stage1 = {name: run.recorded(f"stage1/{name}", "the evaluation") for name in ("contexts", "candidates", "judgments")}
     director = run.recorded("stage2/director", "the evaluation's MASCOT")

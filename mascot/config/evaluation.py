@@ -8,21 +8,10 @@ from pydantic import Field, field_validator
 
 from mascot.config.backends import BackendConfig, JudgeConfig
 from mascot.config.base import ConfigPath, Section
-from mascot.config.training import LoraConfig, TrainerConfig
 
 SystemName = Literal["mascot", "multi_agent", "mascot_p", "mascot_c", "zero_shot", "zero_shot_cot", "few_shot",
-                     "few_shot_cot", "self_consistency", "sft"]
+                     "few_shot_cot", "self_consistency"]
 SYSTEM_NAMES: tuple[str, ...] = get_args(SystemName)
-
-
-class SFTConfig(TrainerConfig):
-    """The SFT baseline: TRL's SFTTrainer on a LoRA adapter of the base Speaker, over each training
-    query's best-judged Stage 1 candidate, answered as the single assistant."""
-
-    lora: LoraConfig = Field(default_factory=LoraConfig, description="The adapter that is trained.")
-    learning_rate: float = Field(default=2e-4, gt=0, description="Peak learning rate.")
-    epochs: float = Field(default=1.0, gt=0, description="Passes over the examples (num_train_epochs).")
-    max_length: int = Field(default=1024, ge=16, description="Longest prompt + reply in tokens.")
 
 
 class EvalConfig(Section):

@@ -15,7 +15,7 @@ from pydantic import Field, model_validator
 from mascot.config.backends import BackendConfig
 from mascot.config.base import TINY_MODELS, ConfigPath, RunName, Section
 from mascot.config.data import DataConfig
-from mascot.config.evaluation import EvalConfig, SFTConfig
+from mascot.config.evaluation import EvalConfig
 from mascot.config.stage1 import BeforeAfterConfig, SpeakerConfig, Stage1Config
 from mascot.config.stage2 import DirectorConfig, DirectorDPOConfig, DirectorEvalConfig, Stage2Config
 from mascot.config.training import RewardModelConfig, TrainerConfig
@@ -40,12 +40,11 @@ class TrainConfig(Section):
                                                    "optional alternative to GRPO).")
     director_eval: DirectorEvalConfig = Field(default_factory=DirectorEvalConfig,
                                               description="The Director against its base policy on held-out states.")
-    sft: SFTConfig | None = Field(default=None, description="The SFT baseline of the evaluation.")
 
     @property
     def trainers(self) -> dict[str, TrainerConfig]:
         named = {"persona_rm": self.persona_rm, "speaker": self.speaker, "group_rm": self.group_rm,
-                 "director": self.director, "director_dpo": self.director_dpo, "sft": self.sft}
+                 "director": self.director, "director_dpo": self.director_dpo}
         return {name: trainer for name, trainer in named.items() if trainer is not None}
 
 
@@ -116,13 +115,9 @@ class RunConfig(Section):
                 if getattr(self.train, name) is None:
                     raise FieldError(("train", name), f"Stage 2 (the 'stage2' section) trains train.{name}, "
                                                       "so the config needs that section")
-        if self.eval is not None:
-            if self.stage2 is None:
-                raise FieldError(("eval",), "the evaluation plays the trained Speaker and Director, so the config "
-                                            "needs a 'stage2' section too")
-            if "sft" in self.eval.systems and self.train.sft is None:
-                raise FieldError(("eval", "systems"), "the 'sft' baseline trains train.sft, so the config needs that "
-                                                      "section (or leave 'sft' out of eval.systems)")
+        if self.eval is not None and self.stage2 is None:
+            raise FieldError(("eval",), "the evaluation plays the trained Speaker and Director, so the config needs "
+                                        "a 'stage2' section too")
         for trainer in self.train.trainers.values():  # a trainer without its own seed takes the run's
             if trainer.seed is None:
                 trainer.seed = self.run.seed

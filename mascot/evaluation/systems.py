@@ -14,7 +14,6 @@ assistant (a one-persona roster, `eval.assistant`). The simulated user is the sa
 | zero_shot, zero_shot_cot | base Speaker | the assistant | the assistant's (CoT: reasoning, then the reply) |
 | few_shot, few_shot_cot | base Speaker | the assistant | the assistant's, after examples from training contexts |
 | self_consistency | base Speaker | the assistant | the assistant's; `samples` replies, the most typical kept |
-| sft | base Speaker + the SFT adapter | the assistant | the assistant's |
 
 A random or single speaker needs no Director model: `ScriptedDirector` answers the Director's request
 with a valid directive chosen by the request's seed, so the episode code runs unchanged.
@@ -61,7 +60,6 @@ SYSTEMS: dict[str, SystemSpec] = {
     "few_shot": SystemSpec("Few-Shot", False, "the assistant after examples from training contexts"),
     "few_shot_cot": SystemSpec("Few-Shot CoT", False, "few-shot examples, reasoning, then the reply"),
     "self_consistency": SystemSpec("Self-Consistency", False, "several replies sampled, the most typical one kept"),
-    "sft": SystemSpec("SFT", False, "the base Speaker fine-tuned on the best-judged Stage 1 candidates"),
 }
 
 
@@ -121,7 +119,6 @@ class Components:
     base_director: BackendConfig
     trained_director: BackendConfig
     user: BackendConfig
-    sft_speaker: BackendConfig | None = None
 
 
 def system_setup(name: SystemName, parts: Components, roster: Roster, assistant: Roster, profiles: list[UserProfile],
@@ -135,10 +132,8 @@ def system_setup(name: SystemName, parts: Components, roster: Roster, assistant:
         return SystemSetup(**common, roster=roster, director=director, block_turns=block_turns,
                            speaker=parts.trained_speaker if trained else parts.base_speaker,
                            persona_specific=name != "mascot_p")
-    if name == "sft" and parts.sft_speaker is None:
-        raise ValueError("the 'sft' baseline needs its trained adapter (train.sft)")
     return SystemSetup(**common, roster=assistant, director=None, block_turns=1,
-                       speaker=parts.sft_speaker if name == "sft" else parts.base_speaker,
+                       speaker=parts.base_speaker,
                        cot=name.endswith("_cot"), examples=list(examples) if name.startswith("few_shot") else [],
                        samples=self_consistency_samples if name == "self_consistency" else 1)
 

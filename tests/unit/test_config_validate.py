@@ -199,8 +199,6 @@ BROKEN_CONFIGS = [
     ("eval-unknown-system", "tiny.yaml", ("eval.systems", ["mascot", "gpt_5"]), ["eval.systems[1]", "'zero_shot'"]),
     ("eval-repeated-seed", "tiny.yaml", ("eval.seeds", [0, 0]), ["eval.seeds", "may appear once"]),
     ("eval-no-seed", "tiny.yaml", ("eval.seeds", []), ["eval.seeds", "at least 1 item"]),
-    ("eval-sft-without-its-trainer", "tiny.yaml", ("eval.systems", ["mascot", "sft"]),
-     ["eval.systems", "trains train.sft"]),
     ("eval-assistant-is-a-group", "tiny.yaml", ("eval.assistant", "rosters/emotional_support.yaml"),
      ["eval.assistant", "exactly one enabled persona", "with 3 enabled"]),
     ("eval-assistant-missing", "tiny.yaml", ("eval.assistant", "rosters/nope.yaml"),

@@ -34,7 +34,7 @@ ASSISTANT = load_roster(REPO / "configs" / "rosters" / "assistant_emotional_supp
 PROFILES = load_user_profiles(REPO / "configs" / "users" / "big_five.yaml").profiles
 EXAMPLES = [FewShotExample(context_id="ed:train:x", message="My dog ran away today.",
                            reply="That must be frightening; I hope he comes home soon.")]
-ROLES = ("base-speaker", "speaker", "base-director", "director", "user", "sft")
+ROLES = ("base-speaker", "speaker", "base-director", "director", "user")
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def parts(url: str) -> Components:
                                     params={"max_new_tokens": 6}) for role in ROLES}
     return Components(base_speaker=backends["base-speaker"], trained_speaker=backends["speaker"],
                       base_director=backends["base-director"], trained_director=backends["director"],
-                      user=backends["user"], sft_speaker=backends["sft"])
+                      user=backends["user"])
 
 
 def play(name, chat, contexts, tmp_path):
@@ -123,7 +123,7 @@ def test_mascot_c_speaks_in_a_random_order_without_a_director(chat, contexts, tm
 def test_single_assistant_baselines(name, chat, contexts, tmp_path):
     table, bodies = play(name, chat, contexts, tmp_path)
     asked = by_model(bodies)
-    speaker = "sft" if name == "sft" else "base-speaker"
+    speaker = "base-speaker"
     assert set(asked) == {speaker, "user"}
     assert table.height == 4 * 3 and set(table.filter(pl.col("role") == "companion")["speaker"]) == {"assistant"}
     for body in asked[speaker]:
