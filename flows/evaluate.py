@@ -73,7 +73,8 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
         examples = few_shot_examples(stage1["contexts"], stage1["candidates"], stage1["judgments"],
                                      evaluation.few_shot_examples, config.run.seed)
         users = load_user_profiles(config.data.users).profiles if config.data.users else []
-        setups = [system_setup(name, parts, load_roster(config.data.roster), load_roster(evaluation.assistant), users,
+        roster, assistant = load_roster(config.data.roster), load_roster(evaluation.assistant)
+        setups = [system_setup(name, parts, roster, assistant, users,
                                evaluation.block_turns or stage.episodes.block_turns,
                                stage.episodes.max_directive_attempts, examples, evaluation.self_consistency_samples)
                   for name in evaluation.systems]
@@ -95,7 +96,7 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
             job = ScoringJob(
                 persona_panel=PanelSpec.load(evaluation.judges, evaluation.rubric or config.stage1.rubric),
                 group_panel=PanelSpec.load(evaluation.group_judges, evaluation.group_rubric or stage.rubric, "block"),
-                roster=load_roster(config.data.roster), assistant=load_roster(evaluation.assistant), contexts=contexts,
+                roster=roster, assistant=assistant, contexts=contexts,
                 seed=config.run.seed, requests=config.cache.requests,
                 max_judge_failure_rate=evaluation.max_judge_failure_rate)
             judgments, scores = steps.score_conversations(job, played, run.path("eval", "judgments.parquet"),

@@ -25,7 +25,7 @@ from mascot.artifacts import Artifact, write_parquet
 from mascot.config import DataConfig
 from mascot.data import load_corpus
 from mascot.data.contexts import read_contexts
-from mascot.dialogue.episodes import Episode, choose_profile, play, turn_row
+from mascot.dialogue.episodes import Episode, choose_profile, play, row_turn, turn_row
 from mascot.dialogue.turns import Turn, opening_turns
 from mascot.evaluation.systems import AssistantReplies, SystemSetup
 from mascot.llm import request_batch, shared_cache
@@ -120,3 +120,12 @@ def play_shard(job: ConversationJob, ids: list[str], out: Path) -> Artifact:
                          "reasoning_marked": marked.get(turn.seed) if turn.role == "companion" else None})
     return write_parquet(pl.DataFrame(rows, schema=CONVERSATION_SCHEMA), out)
 
+
+def read_conversations(conversations: Artifact) -> dict[tuple[str, str, int], list[Turn]]:
+    """Every conversation of conversations.parquet, by (system, context id, evaluation seed), its turns in
+    order, each with its own request seed."""
+    played = {}
+    for key, rows in conversations.read_parquet().group_by("system", "context_id", "seed", maintain_order=True):
+        played[key] = [row_turn({**row, "seed": row["request_seed"]})
+                       for row in rows.sort("turn_idx").iter_rows(named=True)]
+    return played

@@ -26,8 +26,8 @@ from mascot.artifacts import Artifact, write_parquet
 from mascot.config import JudgeConfig, SamplingParams
 from mascot.data.contexts import read_contexts
 from mascot.data.qmsum import meeting_query
-from mascot.dialogue.episodes import row_turn
 from mascot.dialogue.turns import Turn, opening_turns
+from mascot.evaluation.conversations import read_conversations
 from mascot.evaluation.statistics import win_rate
 from mascot.evaluation.systems import SYSTEMS
 from mascot.judges.group import BlockItem, GroupHeuristicJudge, turn_lines
@@ -144,11 +144,8 @@ def judge_preferences(job: PairwiseJob, conversations: Artifact, out: Path) -> A
     cache = shared_cache(job.requests)
     judge = make_pairwise_judge(job.judge, job.rubric, cache)
     contexts = read_contexts(job.contexts)
-    sides = {}
-    for (system, context_id, seed), rows in conversations.read_parquet().group_by(
-            "system", "context_id", "seed", maintain_order=True):
-        turns = [row_turn(r) for r in rows.sort("turn_idx").iter_rows(named=True)]
-        sides[(system, context_id, seed)] = Side(job.roster if SYSTEMS[system].group else job.assistant, turns)
+    sides = {key: Side(job.roster if SYSTEMS[key[0]].group else job.assistant, turns)
+             for key, turns in read_conversations(conversations).items()}
     pairs = [(baseline, context_id, seed) for (baseline, context_id, seed) in sides
              if baseline != "mascot" and ("mascot", context_id, seed) in sides]
 

@@ -23,8 +23,8 @@ from pydantic import BaseModel, ConfigDict
 from mascot.artifacts import Artifact, write_parquet
 from mascot.data.context import Context, Message
 from mascot.data.contexts import read_contexts
-from mascot.dialogue.episodes import row_turn
 from mascot.dialogue.turns import USER, Turn, opening_turns
+from mascot.evaluation.conversations import read_conversations
 from mascot.evaluation.metrics import automatic_metrics
 from mascot.evaluation.systems import SYSTEMS
 from mascot.judges.base import JudgeItem
@@ -75,9 +75,8 @@ def score_conversations(job: ScoringJob, conversations: Artifact, judgments_out:
     cache = shared_cache(job.requests)
     contexts = read_contexts(job.contexts)
     turn_items, block_items, played = [], [], {}
-    for (system, context_id, seed), rows in conversations.read_parquet().group_by(
-            "system", "context_id", "seed", maintain_order=True):
-        context, turns = contexts[context_id], [row_turn(r) for r in rows.sort("turn_idx").iter_rows(named=True)]
+    for (system, context_id, seed), turns in read_conversations(conversations).items():
+        context = contexts[context_id]
         roster = job.roster if SYSTEMS[system].group else job.assistant
         key = conversation_id(system, context_id, seed)
         played[key] = (system, context_id, seed, [t.text for t in turns if t.role == "companion"])

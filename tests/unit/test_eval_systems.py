@@ -123,10 +123,9 @@ def test_mascot_c_speaks_in_a_random_order_without_a_director(chat, contexts, tm
 def test_single_assistant_baselines(name, chat, contexts, tmp_path):
     table, bodies = play(name, chat, contexts, tmp_path)
     asked = by_model(bodies)
-    speaker = "base-speaker"
-    assert set(asked) == {speaker, "user"}
+    assert set(asked) == {"base-speaker", "user"}
     assert table.height == 4 * 3 and set(table.filter(pl.col("role") == "companion")["speaker"]) == {"assistant"}
-    for body in asked[speaker]:
+    for body in asked["base-speaker"]:
         system = body["messages"][0]["content"]
         assert system.startswith("You are Assistant, a supportive assistant") and "director" not in system
         assert (REPLY_MARKER in system) is name.endswith("_cot")
