@@ -115,7 +115,7 @@ def run_evaluate(config: ConfigOption, run_name: RunNameOption = None, refresh: 
     from mascot.artifacts import ArtifactChanged, RunDir
 
     try:
-        for name in ("stage1/contexts", "stage1/candidates", "stage1/judgments", "stage2/director", "stage2/summary"):
+        for name in ("stage1/contexts", "stage1/candidates", "stage1/judgments", "stage2/director"):
             RunDir(loaded.run_dir).recorded(name, "the evaluation")
     except (FileNotFoundError, ArtifactChanged) as exc:
         fail(str(exc))

@@ -2,8 +2,9 @@
 
     mascot run evaluate --config configs/tiny.yaml [--refresh]
 
-It reads a finished Stage 2 of the same run (and Stage 1's contexts, candidates, judgments and
-Speaker). Evaluation contexts -> every system's conversations (in shards, all in flight under each
+It reads a finished Stage 2 of the same run (its Directors, one per method trained, and Stage 1's
+contexts, candidates, judgments and Speaker). The SFT baseline is trained first (eval/sft/), on Stage 1's
+best-judged candidates of training contexts. Evaluation contexts -> every system's conversations (in shards, all in flight under each
 backend's one limit) -> the evaluation's own judges and the automatic metrics -> statistics over
 contexts; and a pairwise judge on MASCOT against each baseline, in both orders -> eval/report.md
 and summary.json. Every request goes through the request cache, so a
@@ -12,7 +13,6 @@ killed run resumes without paying for a request twice.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from prefect import flow
@@ -23,16 +23,18 @@ from flows.failures import completed, stopped_at_step
 from flows.naming import flow_run_name, resume_stage
 from mascot import tracking
 from mascot.artifacts import Artifact, RunDir
-from mascot.config import load_config
+from mascot.config import RunConfig, load_config
 from mascot.evaluation.baselines import few_shot_examples
 from mascot.evaluation.conversations import ConversationJob
 from mascot.evaluation.pairwise import PairwiseJob
 from mascot.evaluation.report import ReportSpec, judges_of
 from mascot.evaluation.scoring import ScoringJob
-from mascot.evaluation.systems import SYSTEMS, Components, system_setup
+from mascot.evaluation.systems import Components, system_setup
 from mascot.judges.panel import PanelSpec, judge_rubric_problem
 from mascot.roster import load_roster, load_user_profiles
+from mascot.stage2.director import dpo_policy
 from mascot.train.grpo import policy_backend
+from mascot.train.runtime import adapter_backend
 from mascot.train.tiny import resolve_tiny_models
 from tasks import evaluate as steps
 
@@ -53,8 +55,8 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
                          "configs/tiny.yaml for one")
     run = RunDir(config.run_dir)
     stage1 = {name: run.recorded(f"stage1/{name}", "the evaluation") for name in ("contexts", "candidates", "judgments")}
-    director = run.recorded("stage2/director", "the evaluation's MASCOT")
-    method = json.loads(run.recorded("stage2/summary", "the evaluation").path.read_text())["director_method"]
+    directors = trained_directors(run, config_path)
+    systems = evaluation_systems(config.eval.systems, directors, config_path)
     adapter = run.recorded("stage1/speaker", "the evaluation's MASCOT") if config.stage2.speaker is None else None
     run.start(config, Path(config_path), stage=resume_stage("eval"), until="report")
     cache = {PREFECT_LOCAL_STORAGE_PATH: run.prefect_results, PREFECT_TASKS_REFRESH_CACHE: refresh}
@@ -62,24 +64,22 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
     with temporary_settings(updates=cache), stopped_at_step("the evaluation", run.root):
         config = resolve_tiny_models(config)
         evaluation, stage, train = config.eval, config.stage2, config.train
-        policy = train.director if method == "grpo" else train.director.model_copy(
-            update={"model": train.director_dpo.model, "chat_template_kwargs": train.director_dpo.chat_template_kwargs})
-        parts = Components(base_speaker=config.generation,
-                           trained_speaker=evaluation.speaker or stage.speaker or policy_backend(train.speaker,
-                                                                                                adapter.path),
-                           base_director=stage.director,
-                           trained_director=evaluation.director or policy_backend(policy, director.path),
-                           user=stage.user)
-        examples = few_shot_examples(stage1["contexts"], stage1["candidates"], stage1["judgments"],
-                                     evaluation.few_shot_examples, config.run.seed)
-        users = load_user_profiles(config.data.users).profiles if config.data.users else []
-        roster, assistant = load_roster(config.data.roster), load_roster(evaluation.assistant)
-        setups = [system_setup(name, parts, roster, assistant, users,
-                               evaluation.block_turns or stage.episodes.block_turns,
-                               stage.episodes.max_directive_attempts, examples, evaluation.self_consistency_samples)
-                  for name in evaluation.systems]
-
         with tracking.wandb_run(config, "eval"):
+            roster, assistant = load_roster(config.data.roster), load_roster(evaluation.assistant)
+            artifacts: dict[str, Artifact] = {}
+            if "sft" in systems:
+                artifacts["eval/sft"] = steps.train_sft_baseline(train.sft, *stage1.values(), assistant,
+                                                                       run.path("eval", "sft"))
+                run.record(artifacts)
+            parts = components(config, adapter, directors, artifacts.get("eval/sft"))
+            examples = few_shot_examples(stage1["contexts"], stage1["candidates"], stage1["judgments"],
+                                         evaluation.few_shot_examples, config.run.seed)
+            users = load_user_profiles(config.data.users).profiles if config.data.users else []
+            setups = [system_setup(name, parts, roster, assistant, users,
+                                   evaluation.block_turns or stage.episodes.block_turns,
+                                   stage.episodes.max_directive_attempts, examples, evaluation.self_consistency_samples)
+                      for name in systems]
+
             contexts = steps.write_eval_contexts(config.data, stage1["contexts"], config.run.seed,
                                                  evaluation.out_of_domain, run.path("eval", "contexts.parquet"))
             ids = contexts.read_parquet()["context_id"].to_list()
@@ -90,7 +90,7 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
                 ids[i:i + size], run.shard("eval", f"conversations-{setup.name}", i // size))
                 for setup in setups for i in range(0, len(ids), size)]
             played = steps.merge_conversations(completed(shards), run.path("eval", "conversations.parquet"))
-            artifacts = {"eval/contexts": contexts, "eval/conversations": played}
+            artifacts |= {"eval/contexts": contexts, "eval/conversations": played}
             run.record(artifacts)
 
             job = ScoringJob(
@@ -109,11 +109,47 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
             artifacts |= {"eval/judgments": judgments, "eval/scores": scores, "eval/preferences": preferences}
             run.record(artifacts)
 
-            trained_with = {"grpo": "GRPO, the paper's method", "dpo": "DPO, not the paper's method"}[method]
-            notes = {"mascot": f"{SYSTEMS['mascot'].description}; its Director trained with {trained_with}"}
-            spec = ReportSpec(run=config.run.name, systems=evaluation.systems, seeds=evaluation.seeds,
-                              judges=judges_of(config), system_notes=notes, confidence=evaluation.confidence,
+            spec = ReportSpec(run=config.run.name, systems=systems, seeds=evaluation.seeds,
+                              judges=judges_of(config), confidence=evaluation.confidence,
                               resamples=evaluation.bootstrap_resamples, seed=config.run.seed)
             artifacts |= steps.report_evaluation(spec, contexts, scores, played, preferences, run.path("eval", "report"))
             run.record(artifacts)
     return artifacts
+
+
+def components(config: RunConfig, speaker: Artifact | None, directors: dict[str, Artifact],
+               sft: Artifact | None) -> Components:
+    """The roles the systems are built from: a served model where the config names one, else the run's
+    adapters in this process (`speaker` is Stage 1's, `directors` Stage 2's by method, `sft` the baseline's)."""
+    evaluation, stage, train = config.eval, config.stage2, config.train
+    dpo = directors.get("dpo")
+    return Components(
+        base_speaker=config.generation, base_director=stage.director, user=stage.user,
+        trained_speaker=evaluation.speaker or stage.speaker or policy_backend(train.speaker, speaker.path),
+        trained_director=evaluation.director or policy_backend(train.director, directors["grpo"].path),
+        trained_director_dpo=evaluation.director_dpo or (policy_backend(dpo_policy(train), dpo.path) if dpo else None),
+        sft_speaker=evaluation.sft or (adapter_backend(train.sft, sft.path, config.generation.params) if sft else None))
+
+
+def trained_directors(run: RunDir, config_path: str) -> dict[str, Artifact]:
+    """The Directors Stage 2 trained, by method. MASCOT is the GRPO one, the paper's method, so it must be."""
+    if not run.is_recorded("stage2/director") and run.is_recorded("stage2/director_dpo"):
+        raise FileNotFoundError(
+            f"run {run.root} trained only a DPO Director, but the evaluation's MASCOT is the GRPO one (the paper's "
+            f"method): run `mascot run stage2 --config {config_path}` with the same run name to train it; MASCOT with "
+            "the DPO Director is then evaluated beside it")
+    directors = {"grpo": run.recorded("stage2/director", "the evaluation's MASCOT")}
+    if run.is_recorded("stage2/director_dpo"):
+        directors["dpo"] = run.recorded("stage2/director_dpo", "the evaluation's MASCOT with the DPO Director")
+    return directors
+
+
+def evaluation_systems(listed: list[str], directors: dict[str, Artifact], config_path: str) -> list[str]:
+    """The systems played: those listed, with MASCOT for each Director method trained (after 'mascot')."""
+    if "mascot_dpo" in listed and "dpo" not in directors:
+        raise FileNotFoundError(f"eval.systems lists 'mascot_dpo', but this run trained no DPO Director: run "
+                                f"`mascot run stage2 --config {config_path} --director-method dpo` first, or drop it")
+    if "dpo" in directors and "mascot_dpo" not in listed:
+        at = listed.index("mascot") + 1
+        return [*listed[:at], "mascot_dpo", *listed[at:]]
+    return list(listed)

@@ -28,6 +28,7 @@ from mascot.config import load_config
 from mascot.judges.panel import PanelSpec, judge_rubric_problem
 from mascot.roster import load_roster, load_user_profiles
 from mascot.stage2.branching import CastSpec, Setting
+from mascot.stage2.director import DIRECTORS, dpo_policy
 from mascot.stage2.director_eval import Directors
 from mascot.train.grpo import policy_backend
 from mascot.train.tiny import resolve_tiny_models
@@ -86,23 +87,21 @@ def stage2(config_path: str, run_name: str | None = None, director_method: Direc
             artifacts["stage2/group_rm"] = group_rm = steps.train_group_rm(train.group_rm, pairs, contexts,
                                                                              run.path("stage2", "group_rm"))
             run.record(artifacts)
+            name = DIRECTORS[director_method]  # each method's Director has its own folder: both can be evaluated
             if director_method == "grpo":
-                director = steps.train_director(train.director, setting, episodes, group_rm,
-                                                run.path("stage2", "director"))
+                director = steps.train_director(train.director, setting, episodes, group_rm, run.path("stage2", name))
                 policy = train.director
             else:
                 director = steps.train_director_dpo(train.director_dpo, pairs, contexts, stage.episodes,
-                                                    run.path("stage2", "director"))
-                # Sampled as GRPO's Director samples, from the DPO adapter's base model.
-                policy = train.director.model_copy(update={"model": train.director_dpo.model,
-                                                           "chat_template_kwargs": train.director_dpo.chat_template_kwargs})
-            artifacts["stage2/director"] = director
+                                                    run.path("stage2", name))
+                policy = dpo_policy(train)
+            artifacts[f"stage2/{name}"] = director
             run.record(artifacts)
             directors = Directors(policy=policy, adapter=director, weights=train.director.reward_weights)
             scored = steps.evaluate_directors(train.director_eval, directors, setting, episodes, group_rm,
-                                              run.path("stage2", "director_eval-scored.parquet"))
-            artifacts["stage2/director_eval"] = steps.compare_directors(train.director_eval, config.run.seed, scored,
-                                                                        run.path("stage2", "director_eval"))
+                                              run.path("stage2", f"{name}_eval-scored.parquet"))
+            artifacts[f"stage2/{name}_eval"] = steps.compare_directors(train.director_eval, config.run.seed, scored,
+                                                                       run.path("stage2", f"{name}_eval"))
             artifacts |= report_stage2(config.run.name, panel.rubric, director_method, artifacts,
                                        config.cache.requests, run.path("stage2", "report"))
             run.record(artifacts)

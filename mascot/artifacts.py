@@ -212,6 +212,11 @@ class RunDir:
                 recorded[name] = {"path": str(contract.relative_to(self.root)), "sha256": artifact.sha256,
                                   "file": str(artifact.path.relative_to(self.root))}
 
+    def is_recorded(self, name: str) -> bool:
+        """Whether a finished step recorded artifact `name` (what was trained, say), unchecked."""
+        manifest = json.loads(self.manifest.read_text()) if self.manifest.exists() else {}
+        return name in manifest.get("artifacts", {})
+
     def recorded(self, name: str, needed_by: str) -> Artifact:
         """An artifact a finished step recorded (`stage1/speaker`, say), checked against its hash."""
         manifest = json.loads(self.manifest.read_text()) if self.manifest.exists() else {}

@@ -9,14 +9,28 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from mascot.artifacts import Artifact, merge_parquet
 from mascot.config import DataConfig
-from mascot.evaluation import conversations, pairwise, report, scoring
+from mascot.config.training import SFTPolicyConfig
+from mascot.evaluation import baselines, conversations, pairwise, report, scoring
 from mascot.evaluation.conversations import ConversationJob
 from mascot.evaluation.pairwise import PairwiseJob
 from mascot.evaluation.report import ReportSpec
 from mascot.evaluation.scoring import ScoringJob
+from mascot.roster import Roster
+from mascot.train.runtime import checkpoint_dir
+from mascot.train.sft import train_sft_policy
 from tasks.caching import CACHED, keyed
 from tasks.failures import REPORTED
 from tasks.stage1 import LLM_RETRIES
+
+
+@task(**CACHED, **REPORTED)
+def train_sft_baseline(config: SFTPolicyConfig, contexts: Artifact, candidates: Artifact, judgments: Artifact,
+                       assistant: Roster, out: Path) -> Artifact:
+    """The SFT baseline: the base Speaker fine-tuned (LoRA) on the training contexts' best-judged replies."""
+    records, out = baselines.sft_records(contexts, candidates, judgments, assistant), keyed(out)
+    return train_sft_policy(config, records, out, checkpoint_dir(out, config, assistant, contexts, candidates,
+                                                                  judgments), name="sft",
+                            details={"contexts": len(records)})
 
 
 @task(**CACHED, **REPORTED)

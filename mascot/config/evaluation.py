@@ -9,16 +9,20 @@ from pydantic import Field, field_validator
 from mascot.config.backends import BackendConfig, JudgeConfig
 from mascot.config.base import ConfigPath, Section
 
-SystemName = Literal["mascot", "multi_agent", "mascot_p", "mascot_c", "zero_shot", "zero_shot_cot", "few_shot",
-                     "few_shot_cot", "self_consistency"]
+SystemName = Literal["mascot", "mascot_dpo", "multi_agent", "mascot_p", "mascot_c", "zero_shot", "zero_shot_cot",
+                     "few_shot", "few_shot_cot", "sft", "self_consistency"]
 SYSTEM_NAMES: tuple[str, ...] = get_args(SystemName)
+# MASCOT with the DPO Director is played wherever Stage 2 trained one, so it is not listed by default.
+DEFAULT_SYSTEMS = tuple(name for name in SYSTEM_NAMES if name != "mascot_dpo")
 
 
 class EvalConfig(Section):
     """MASCOT against named baselines and ablations on the held-out contexts (and out of domain)."""
 
-    systems: list[SystemName] = Field(default_factory=lambda: list(SYSTEM_NAMES), min_length=1,
-                                      description="Systems under test; 'mascot' is compared with each of the others.")
+    systems: list[SystemName] = Field(default_factory=lambda: list(DEFAULT_SYSTEMS), min_length=1,
+                                      description="Systems under test; 'mascot' (the GRPO Director) is compared with "
+                                      "each of the others, and 'mascot_dpo' is added where Stage 2 trained a DPO "
+                                      "Director.")
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1,
                              description="Seeds: each system plays every context once per seed.")
     blocks: int = Field(default=1, ge=1, description="Blocks per conversation, the simulated user's turn between two.")
@@ -32,9 +36,13 @@ class EvalConfig(Section):
                                       "whether or not it shares a judge with the panels that labelled training data.")
     group_judges: list[JudgeConfig] = Field(min_length=1, description="The evaluation's collective panel.")
     pairwise: JudgeConfig = Field(description="The judge that compares two systems' conversations, in both orders.")
-    director: BackendConfig | None = Field(default=None, description="The trained Director; by default "
+    director: BackendConfig | None = Field(default=None, description="The trained GRPO Director; by default "
                                            "train.director.model with stage2/director in this process.")
+    director_dpo: BackendConfig | None = Field(default=None, description="The trained DPO Director; by default "
+                                               "train.director_dpo.model with stage2/director_dpo in this process.")
     speaker: BackendConfig | None = Field(default=None, description="The trained Speaker; by default as in Stage 2.")
+    sft: BackendConfig | None = Field(default=None, description="The SFT baseline; by default train.sft.model with "
+                                      "eval/sft in this process, sampling as `generation` does.")
     few_shot_examples: int = Field(default=2, ge=1, description="Few-shot examples, drawn from training contexts.")
     self_consistency_samples: int = Field(default=5, ge=2, description="Replies sampled per Self-Consistency turn.")
     out_of_domain: bool = Field(default=True, description="Also play the contexts of data.held_out (e.g. ESConv).")

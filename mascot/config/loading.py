@@ -164,7 +164,8 @@ def machine_problems(document: YamlDocument, config: RunConfig) -> list[Problem]
         backends |= {("stage2", "judges", i, "backend"): j.backend for i, j in enumerate(config.stage2.judges)
                      if j.backend}
     if config.eval is not None:
-        backends |= {("eval", role): b for role in ("director", "speaker") if (b := getattr(config.eval, role))}
+        backends |= {("eval", role): b for role in ("director", "director_dpo", "speaker", "sft")
+                     if (b := getattr(config.eval, role))}
         backends |= {("eval", panel, i, "backend"): j.backend for panel in ("judges", "group_judges")
                      for i, j in enumerate(getattr(config.eval, panel)) if j.backend}
     wants_cuda |= {(*loc, "device"): (f"device '{b.device}' is a CUDA GPU", "device: auto or cpu")

@@ -18,7 +18,7 @@ from mascot.config.data import DataConfig
 from mascot.config.evaluation import EvalConfig
 from mascot.config.stage1 import BeforeAfterConfig, SpeakerConfig, Stage1Config
 from mascot.config.stage2 import DirectorConfig, DirectorDPOConfig, DirectorEvalConfig, Stage2Config
-from mascot.config.training import RewardModelConfig, TrainerConfig
+from mascot.config.training import RewardModelConfig, SFTPolicyConfig, TrainerConfig
 from mascot.yamlio import FieldError
 
 
@@ -40,11 +40,13 @@ class TrainConfig(Section):
                                                    "optional alternative to GRPO).")
     director_eval: DirectorEvalConfig = Field(default_factory=DirectorEvalConfig,
                                               description="The Director against its base policy on held-out states.")
+    sft: SFTPolicyConfig | None = Field(default=None, description="The evaluation's SFT baseline: the base Speaker "
+                                        "fine-tuned on Stage 1's best-judged candidates of training contexts.")
 
     @property
     def trainers(self) -> dict[str, TrainerConfig]:
         named = {"persona_rm": self.persona_rm, "speaker": self.speaker, "group_rm": self.group_rm,
-                 "director": self.director, "director_dpo": self.director_dpo}
+                 "director": self.director, "director_dpo": self.director_dpo, "sft": self.sft}
         return {name: trainer for name, trainer in named.items() if trainer is not None}
 
 
@@ -118,6 +120,9 @@ class RunConfig(Section):
         if self.eval is not None and self.stage2 is None:
             raise FieldError(("eval",), "the evaluation plays the trained Speaker and Director, so the config needs "
                                         "a 'stage2' section too")
+        if self.eval is not None and "sft" in self.eval.systems and self.train.sft is None:
+            raise FieldError(("eval", "systems"), "the 'sft' baseline is trained by train.sft, which the config does "
+                                                  "not have: add that section (see configs/tiny.yaml) or drop 'sft'")
         for trainer in self.train.trainers.values():  # a trainer without its own seed takes the run's
             if trainer.seed is None:
                 trainer.seed = self.run.seed
@@ -137,7 +142,7 @@ class RunConfig(Section):
                 if judge.backend is not None:
                     refs[("stage2", "judges", index, "backend", "model")] = judge.backend.model
         if self.eval is not None:
-            for role in ("director", "speaker"):
+            for role in ("director", "director_dpo", "speaker", "sft"):
                 if (backend := getattr(self.eval, role)) is not None:
                     refs[("eval", role, "model")] = backend.model
             for panel in ("judges", "group_judges"):

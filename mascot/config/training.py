@@ -105,3 +105,13 @@ class GRPOPolicyConfig(TrainerConfig):
             raise FieldError("num_generations", f"batch_size x gradient_accumulation_steps ({generation_batch}) must "
                              f"be divisible by num_generations ({self.num_generations}): GRPO scores whole groups")
         return self
+
+
+class SFTPolicyConfig(TrainerConfig):
+    """TRL's SFTTrainer on a LoRA adapter: a policy fine-tuned on chosen replies (the loss on the reply only)."""
+
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="The adapter that is trained.")
+    learning_rate: float = Field(default=2e-5, gt=0, description="Peak learning rate.")
+    epochs: float = Field(default=1.0, gt=0, description="Passes over the examples (num_train_epochs).")
+    max_length: int = Field(default=1024, ge=16, description="Longest prompt + reply in tokens; longer examples are "
+                            "truncated.")

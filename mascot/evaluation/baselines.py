@@ -12,7 +12,8 @@ import polars as pl
 
 from mascot.artifacts import Artifact
 from mascot.data.contexts import read_contexts
-from mascot.evaluation.systems import FewShotExample
+from mascot.evaluation.systems import FewShotExample, assistant_messages
+from mascot.roster import Roster
 
 
 def best_candidates(contexts: Artifact, candidates: Artifact, judgments: Artifact) -> pl.DataFrame:
@@ -40,3 +41,13 @@ def few_shot_examples(contexts: Artifact, candidates: Artifact, judgments: Artif
                     key=lambda row: hashlib.sha256(f"{seed}\x1f{row['context_id']}".encode()).hexdigest())[:count]
     return [FewShotExample(context_id=row["context_id"], message=by_id[row["context_id"]].history[-1].content,
                            reply=row["text"]) for row in chosen]
+
+
+def sft_records(contexts: Artifact, candidates: Artifact, judgments: Artifact, assistant: Roster) -> list[dict]:
+    """SFT's examples: each training context in the single assistant's prompt (as the baseline is played),
+    its best-judged candidate the completion."""
+    persona, by_id = assistant.active[0], read_contexts(contexts)
+    return [{"prompt": assistant_messages(persona, by_id[row["context_id"]]),
+             "completion": [{"role": "assistant", "content": row["text"]}]}
+            for row in best_candidates(contexts, candidates, judgments).iter_rows(named=True)]
+

@@ -36,7 +36,6 @@ class ReportSpec(BaseModel):
     systems: list[str]
     seeds: list[int]
     judges: dict[str, Any]  # persona, collective, pairwise labels; shared_with_training; heuristic_only
-    system_notes: dict[str, str] = {}
     confidence: float = 0.95
     resamples: int = 2000
     seed: int = 0
@@ -45,7 +44,7 @@ class ReportSpec(BaseModel):
 def write_report(spec: ReportSpec, contexts: Artifact, scores: Artifact, conversations: Artifact,
                  preferences: Artifact, out: Path) -> tuple[dict[str, Any], dict[str, Artifact]]:
     summary = build_summary(spec.run, spec.systems, spec.seeds, spec.judges, contexts.read_parquet(),
-                            scores.read_parquet(), conversations.read_parquet(), spec.system_notes, spec.confidence,
+                            scores.read_parquet(), conversations.read_parquet(), spec.confidence,
                             spec.resamples, spec.seed)
     summary["preferences"] = preference_results(preferences.read_parquet(), spec.confidence, spec.resamples,
                                                 spec.seed)
@@ -143,7 +142,7 @@ def report_markdown(summary: dict[str, Any]) -> str:
     systems = summary["systems"]
     lines = [f"# Evaluation: {summary['run']}", "", *(f"{line}\n" for line in preamble(summary)), "## Systems", "",
              "| system | what it is |", "|---|---|",
-             *(f"| {SYSTEMS[s].label} (`{s}`) | {summary['system_notes'].get(s, SYSTEMS[s].description)} |"
+             *(f"| {SYSTEMS[s].label} (`{s}`) | {summary['descriptions'][s]} |"
                for s in systems), ""]
     for name, results in summary["results"].items():
         lines += [f"## Contexts: {name}", ""]

@@ -99,12 +99,12 @@ def reasoning_counts(conversations: pl.DataFrame) -> dict[str, int]:
 
 
 def build_summary(run: str, systems: list[str], seeds: list[int], judges: dict[str, Any], contexts: pl.DataFrame,
-                  scores: pl.DataFrame, conversations: pl.DataFrame, system_notes: dict[str, str],
+                  scores: pl.DataFrame, conversations: pl.DataFrame,
                   confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
     """Everything report.md and summary.json show."""
-    from mascot.evaluation.systems import REPLY_MARKER
+    from mascot.evaluation.systems import REPLY_MARKER, SYSTEMS
 
-    return {"run": run, "systems": systems, "system_notes": system_notes, "seeds": seeds, "judges": judges,
+    return {"run": run, "systems": systems, "descriptions": {name: SYSTEMS[name].description for name in systems}, "seeds": seeds, "judges": judges,
             "contexts": dict(contexts.group_by("eval_set", maintain_order=True).len().iter_rows()),
             "confidence": confidence, "metrics": metric_names(scores),
             "reasoning": {"marker": REPLY_MARKER, **reasoning_counts(conversations)},

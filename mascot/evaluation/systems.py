@@ -7,12 +7,14 @@ assistant (a one-persona roster, `eval.assistant`). The simulated user is the sa
 
 | system | speaker | who speaks next | prompt |
 |---|---|---|---|
-| mascot | trained Speaker | trained Director | the persona's own |
+| mascot | trained Speaker | trained Director (GRPO, the paper's method) | the persona's own |
+| mascot_dpo | trained Speaker | trained Director (DPO), where Stage 2 trained one | the persona's own |
 | multi_agent | base Speaker | base (prompted, untrained) Director | the persona's own |
 | mascot_p | trained Speaker | trained Director | no persona-specific text (name only) |
 | mascot_c | trained Speaker | a random persona, seeded by the request | the persona's own |
 | zero_shot, zero_shot_cot | base Speaker | the assistant | the assistant's (CoT: reasoning, then the reply) |
 | few_shot, few_shot_cot | base Speaker | the assistant | the assistant's, after examples from training contexts |
+| sft | base Speaker fine-tuned on the best-judged Stage 1 candidates | the assistant | the assistant's |
 | self_consistency | base Speaker | the assistant | the assistant's; `samples` replies, the most typical kept |
 
 A random or single speaker needs no Director model: `ScriptedDirector` answers the Director's request
@@ -50,7 +52,9 @@ class SystemSpec:
 
 
 SYSTEMS: dict[str, SystemSpec] = {
-    "mascot": SystemSpec("MASCOT", True, "the trained Speaker and the trained Director"),
+    "mascot": SystemSpec("MASCOT", True, "the trained Speaker and the Director trained with GRPO, the paper's method"),
+    "mascot_dpo": SystemSpec("MASCOT (DPO Director)", True, "the trained Speaker and the Director trained with DPO, "
+                             "not the paper's method"),
     "multi_agent": SystemSpec("Multi-agent (untrained)", True, "the same roster with the base Speaker and the base, "
                               "prompted Director, in the manner of MultiAgentESC"),
     "mascot_p": SystemSpec("MASCOT-P", True, "MASCOT without persona-specific prompting"),
@@ -59,6 +63,8 @@ SYSTEMS: dict[str, SystemSpec] = {
     "zero_shot_cot": SystemSpec("Zero-Shot CoT", False, "the assistant reasons step by step, then replies"),
     "few_shot": SystemSpec("Few-Shot", False, "the assistant after examples from training contexts"),
     "few_shot_cot": SystemSpec("Few-Shot CoT", False, "few-shot examples, reasoning, then the reply"),
+    "sft": SystemSpec("SFT", False, "the base Speaker fine-tuned (LoRA, TRL's SFTTrainer) on the best-judged Stage 1 "
+                      "candidate of each training context, answering as the assistant"),
     "self_consistency": SystemSpec("Self-Consistency", False, "several replies sampled, the most typical one kept"),
 }
 
@@ -117,8 +123,10 @@ class Components:
     base_speaker: BackendConfig
     trained_speaker: BackendConfig
     base_director: BackendConfig
-    trained_director: BackendConfig
+    trained_director: BackendConfig | None  # None: this run trained no such Director
     user: BackendConfig
+    trained_director_dpo: BackendConfig | None = None
+    sft_speaker: BackendConfig | None = None  # the SFT baseline's adapter, where it is evaluated
 
 
 def system_setup(name: SystemName, parts: Components, roster: Roster, assistant: Roster, profiles: list[UserProfile],
@@ -128,12 +136,17 @@ def system_setup(name: SystemName, parts: Components, roster: Roster, assistant:
     common = {"name": name, "user": parts.user, "profiles": profiles, "max_directive_attempts": max_directive_attempts}
     if SYSTEMS[name].group:
         trained = name != "multi_agent"
-        director = None if name == "mascot_c" else parts.trained_director if trained else parts.base_director
+        director = {"mascot_c": None, "multi_agent": parts.base_director,
+                    "mascot_dpo": parts.trained_director_dpo}.get(name, parts.trained_director)
+        if director is None and name != "mascot_c":
+            raise ValueError(f"system '{name}' plays a trained Director that this run does not have")
         return SystemSetup(**common, roster=roster, director=director, block_turns=block_turns,
                            speaker=parts.trained_speaker if trained else parts.base_speaker,
                            persona_specific=name != "mascot_p")
-    return SystemSetup(**common, roster=assistant, director=None, block_turns=1,
-                       speaker=parts.base_speaker,
+    speaker = parts.sft_speaker if name == "sft" else parts.base_speaker
+    if speaker is None:
+        raise ValueError("system 'sft' plays the SFT baseline's adapter, which was not given")
+    return SystemSetup(**common, roster=assistant, director=None, block_turns=1, speaker=speaker,
                        cot=name.endswith("_cot"), examples=list(examples) if name.startswith("few_shot") else [],
                        samples=self_consistency_samples if name == "self_consistency" else 1)
 

@@ -20,6 +20,7 @@ multi-turn hooks (`rollout_func`, `environment_factory`) train one growing seque
 The later directives' states are training prompts of their own where they are branch points.
 
 DPO trains on the directive pairs of the training states (`mascot.stage2.trajectories.directive_pairs`).
+Each method's adapter has its own folder (`DIRECTORS`), so a run that trained both keeps both.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from mascot.artifacts import Artifact
-from mascot.config import BackendConfig, DirectorConfig, DirectorDPOConfig, EpisodeConfig
+from mascot.config import BackendConfig, DirectorConfig, DirectorDPOConfig, EpisodeConfig, TrainConfig
 from mascot.data.contexts import held_out_ids
 from mascot.dialogue.directives import director_messages, read_reply
 from mascot.dialogue.episodes import Episode
@@ -46,6 +47,14 @@ from mascot.train.reward_model import RewardModelScorer, preference_records
 from mascot.train.runtime import TrainingSetupError, checkpoint_dir, trainer_device
 
 Messages = list[dict[str, str]]
+
+DIRECTORS = {"grpo": "director", "dpo": "director_dpo"}  # method -> stage2/<name>, the adapter's folder
+
+
+def dpo_policy(train: TrainConfig) -> DirectorConfig:
+    """How the DPO Director is sampled: as GRPO's Director samples, from the DPO adapter's base model."""
+    return train.director.model_copy(update={"model": train.director_dpo.model,
+                                             "chat_template_kwargs": train.director_dpo.chat_template_kwargs})
 
 
 def _text(completion: Messages | str) -> str:

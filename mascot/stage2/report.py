@@ -18,12 +18,17 @@ from mascot.artifacts import Artifact, write_json, write_text
 from mascot.rubrics import Rubric
 from mascot.stage1.pairs import pairs_summary
 from mascot.stage1.report import clustered_interval, reward_model_markdown, score_distribution
+from mascot.stage2.director import DIRECTORS
 from mascot.stage2.trajectories import directive_pairs
 from mascot.stats import clustered_mean
 from mascot.tracking import Histogram, log_metrics
 
-TRAINING_METRICS = {"group_rm": "stage2/group_rm", "director": "stage2/director",
-                    "director_eval": "stage2/director_eval"}
+
+def training_metrics(method: str) -> dict[str, str]:
+    """The summary's training sections and the artifacts whose metrics.json they hold: the group RM's,
+    and the Director's of this run's method (each method has its own folders)."""
+    name = DIRECTORS[method]
+    return {"group_rm": "stage2/group_rm", "director": f"stage2/{name}", "director_eval": f"stage2/{name}_eval"}
 
 
 def write_report(rubric: Rubric, method: str, artifacts: dict[str, Artifact], cache: dict[str, float],
@@ -31,7 +36,7 @@ def write_report(rubric: Rubric, method: str, artifacts: dict[str, Artifact], ca
     frames = {name: artifacts[f"stage2/{name}"].read_parquet() for name in ("episodes", "judgments", "pairs")}
     summary = stage2_summary(rubric, frames["episodes"], frames["judgments"], frames["pairs"], cache)
     summary["director_method"] = method
-    for key, name in TRAINING_METRICS.items():
+    for key, name in training_metrics(method).items():
         if name in artifacts:
             summary[key] = json.loads((artifacts[name].verified() / "metrics.json").read_text())
     written = {"stage2/summary": write_json(summary, out / "summary.json"),

@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from mascot.artifacts import content_sha256
-from mascot.config import TrainerConfig
+from mascot.config import BackendConfig, SamplingParams, TrainerConfig
 from mascot.torch_runtime import quiet_transformers, require_torch
 from mascot.tracking import active_run
 
@@ -27,6 +27,12 @@ class TrainingSetupError(RuntimeError):
 def trainer_device(config: TrainerConfig) -> str:
     """Where a trainer runs, and where its model is scored afterwards: a visible GPU unless use_cpu."""
     return "cuda" if require_torch().cuda.is_available() and not config.use_cpu else "cpu"
+
+
+def adapter_backend(trainer: TrainerConfig, adapter: Path, params: SamplingParams) -> BackendConfig:
+    """A trained adapter on `trainer`'s base model, served in this process, sampling with `params`."""
+    return BackendConfig(kind="transformers", model=trainer.model, adapter=adapter, device=trainer_device(trainer),
+                         params=params)
 
 
 def device_args(config: TrainerConfig) -> dict:

@@ -45,7 +45,7 @@ CHAT_TEMPLATE = (
 WARM_START_CORPORA = [("empathetic_dialogues", "empathetic_dialogues"), ("qmsum", "qmsum")]
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 ROSTERS_DIR = PROJECT_ROOT / "configs" / "rosters"
-STAGE2_TRAINERS = ("group_rm", "director", "director_dpo")
+STAGE2_TRAINERS = ("group_rm", "director", "director_dpo", "sft")  # sft: the evaluation's, after Stage 2
 PACKAGE = Path(__file__).resolve().parents[1]
 # This file and the code that turns shipped text into the warm start's prompts.
 PROMPT_CODE = [Path(__file__), PACKAGE / "prompts" / "__init__.py", PACKAGE / "dialogue" / "directives.py",

@@ -140,7 +140,10 @@ def test_stage2_over_http_survives_a_sigkill_resumes_without_paying_twice_and_tr
         assert "evaluation done" in output
         seen = httpx.get(f"{chat}/stats").json()
         assert seen["answered_again"] == 0, seen
-        evaluation_report_is_complete(root / "eval", systems=config_systems(config))
+        systems = config_systems(config)
+        evaluation_report_is_complete(root / "eval", systems=[*systems[:1], "mascot_dpo", *systems[1:]])
+        sft = json.loads((root / "eval" / "sft" / "metrics.json").read_text())
+        assert sft["method"] == "sft" and sft["training"]["examples"] > 0
         run("run", "evaluate", "--config", str(config), "--run-name", "http", api=prefect_api)
         assert httpx.get(f"{chat}/stats").json()["requests"] == seen["requests"]  # a rerun asks nothing
 

@@ -304,8 +304,8 @@ def test_bf16_needs_a_gpu_on_the_machine_that_validates(workdir):
     (workdir / "esconv.json").write_text("[]")
     data["data"]["held_out"][0]["path"] = "esconv.json"
     path = _write(workdir, "paper-here.yaml", data)
-    _check(path, ["5 problem(s)", "train.persona_rm.bf16: bf16 needs a CUDA GPU, and none is visible",
-                  "train.speaker.bf16", "train.group_rm.bf16", "train.director.bf16", "train.director_dpo.bf16",
+    _check(path, ["6 problem(s)", "train.persona_rm.bf16: bf16 needs a CUDA GPU, and none is visible",
+                  "train.speaker.bf16", "train.group_rm.bf16", "train.director.bf16", "train.director_dpo.bf16", "train.sft.bf16",
                   "--no-machine-checks"])
     assert runner.invoke(app, ["config", "validate", str(path), "--no-machine-checks"]).exit_code == 0
 
@@ -417,16 +417,25 @@ def test_stage2_needs_its_trainers_and_a_collective_rubric_of_the_domain(workdir
 
 def test_an_evaluation_needs_stage2(workdir):
     data = _yaml(workdir / "tiny.yaml")
-    for key in ("group_rm", "director", "director_dpo", "director_eval"):
+    for key in ("group_rm", "director", "director_dpo", "director_eval", "sft"):
         del data["train"][key]
     del data["stage2"]
     _check(_write(workdir, "eval-only.yaml", data), ["eval", "plays the trained Speaker and Director",
                                                      "needs a 'stage2' section"])
 
 
+def test_the_sft_baseline_needs_its_trainer(workdir):
+    data = _yaml(workdir / "tiny.yaml")
+    del data["train"]["sft"]
+    _check(_write(workdir, "no-sft.yaml", data), ["eval.systems", "'sft' baseline is trained by train.sft",
+                                                 "drop 'sft'"])
+    data["eval"]["systems"].remove("sft")
+    assert runner.invoke(app, ["config", "validate", str(_write(workdir, "no-sft-system.yaml", data))]).exit_code == 0
+
+
 def test_a_config_without_stage2_is_a_stage1_config(workdir):
     data = _yaml(workdir / "tiny.yaml")
-    for key in ("group_rm", "director", "director_dpo", "director_eval"):
+    for key in ("group_rm", "director", "director_dpo", "director_eval", "sft"):
         del data["train"][key]
     del data["stage2"], data["eval"]  # the evaluation plays Stage 2's Director
     assert runner.invoke(app, ["config", "validate", str(_write(workdir, "stage1-only.yaml", data))]).exit_code == 0

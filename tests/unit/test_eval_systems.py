@@ -21,6 +21,7 @@ from mascot.data.contexts import write_contexts
 from mascot.evaluation.conversations import ConversationJob, play_shard, write_eval_contexts
 from mascot.evaluation.systems import (
     REPLY_MARKER,
+    SYSTEMS,
     Components,
     FewShotExample,
     most_typical,
@@ -34,7 +35,7 @@ ASSISTANT = load_roster(REPO / "configs" / "rosters" / "assistant_emotional_supp
 PROFILES = load_user_profiles(REPO / "configs" / "users" / "big_five.yaml").profiles
 EXAMPLES = [FewShotExample(context_id="ed:train:x", message="My dog ran away today.",
                            reply="That must be frightening; I hope he comes home soon.")]
-ROLES = ("base-speaker", "speaker", "base-director", "director", "user")
+ROLES = ("base-speaker", "speaker", "base-director", "director", "director-dpo", "sft", "user")
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,7 @@ def parts(url: str) -> Components:
                                     params={"max_new_tokens": 6}) for role in ROLES}
     return Components(base_speaker=backends["base-speaker"], trained_speaker=backends["speaker"],
                       base_director=backends["base-director"], trained_director=backends["director"],
-                      user=backends["user"])
+                      trained_director_dpo=backends["director-dpo"], sft_speaker=backends["sft"], user=backends["user"])
 
 
 def play(name, chat, contexts, tmp_path):
@@ -94,12 +95,13 @@ def test_evaluation_contexts_are_the_held_out_ones_and_the_out_of_domain_corpus(
     assert ood["source"].to_list() == ["esconv", "esconv"]
 
 
-@pytest.mark.parametrize("name", ["mascot", "multi_agent", "mascot_p"])
+@pytest.mark.parametrize("name", ["mascot", "mascot_dpo", "multi_agent", "mascot_p"])
 def test_group_systems_ask_their_own_speaker_and_director(name, chat, contexts, tmp_path):
     table, bodies = play(name, chat, contexts, tmp_path)
     asked = by_model(bodies)
     trained = name != "multi_agent"
-    assert set(asked) == {"speaker" if trained else "base-speaker", "director" if trained else "base-director", "user"}
+    director = {"multi_agent": "base-director", "mascot_dpo": "director-dpo"}.get(name, "director")
+    assert set(asked) == {"speaker" if trained else "base-speaker", director, "user"}
     # 2 contexts x 2 seeds; 2 blocks of 2 companion turns, the user's turn between them.
     assert table.height == 4 * 5
     assert table.group_by("context_id", "seed").agg(pl.col("role"))["role"].to_list()[0] == \
@@ -118,14 +120,14 @@ def test_mascot_c_speaks_in_a_random_order_without_a_director(chat, contexts, tm
     assert not companions["fallback"].any() and companions["speaker"].n_unique() > 1
 
 
-@pytest.mark.parametrize("name", [n for n in SYSTEM_NAMES if n not in ("mascot", "multi_agent", "mascot_p",
-                                                                       "mascot_c")])
+@pytest.mark.parametrize("name", [n for n in SYSTEM_NAMES if not SYSTEMS[n].group])
 def test_single_assistant_baselines(name, chat, contexts, tmp_path):
     table, bodies = play(name, chat, contexts, tmp_path)
     asked = by_model(bodies)
-    assert set(asked) == {"base-speaker", "user"}
+    speaker = "sft" if name == "sft" else "base-speaker"  # SFT's adapter; the others prompt the base Speaker
+    assert set(asked) == {speaker, "user"}
     assert table.height == 4 * 3 and set(table.filter(pl.col("role") == "companion")["speaker"]) == {"assistant"}
-    for body in asked["base-speaker"]:
+    for body in asked[speaker]:
         system = body["messages"][0]["content"]
         assert system.startswith("You are Assistant, a supportive assistant") and "director" not in system
         assert (REPLY_MARKER in system) is name.endswith("_cot")
@@ -157,3 +159,42 @@ def test_self_consistency_keeps_the_most_typical_reply():
     replies = ["I hear you, that is hard.", "Buy a boat.", "I hear you, that sounds hard.", "that is hard, I hear"]
     assert most_typical(replies) == 0
     assert most_typical(["a", "b"]) == 0  # ties go to the first
+
+
+def test_the_evaluation_plays_mascot_with_each_director_trained_and_sft_with_its_adapter(tmp_path, tiny_config):
+    from flows.evaluate import components, evaluation_systems
+    from mascot.artifacts import Artifact
+
+    listed = list(tiny_config.eval.systems)
+    adapters = {name: Artifact(path=tmp_path / name, sha256="0" * 64) for name in ("director", "director_dpo", "sft")}
+    grpo_only = {"grpo": adapters["director"]}
+    both = {**grpo_only, "dpo": adapters["director_dpo"]}
+    assert evaluation_systems(listed, grpo_only, "c.yaml") == listed
+    assert evaluation_systems(listed, both, "c.yaml") == [listed[0], "mascot_dpo", *listed[1:]]
+    with pytest.raises(FileNotFoundError, match="trained no DPO Director.*--director-method dpo"):
+        evaluation_systems([*listed, "mascot_dpo"], grpo_only, "c.yaml")
+
+    parts = components(tiny_config, Artifact(path=tmp_path / "speaker", sha256="0" * 64), both, adapters["sft"])
+    assert parts.trained_director.adapter == adapters["director"].path
+    assert parts.trained_director_dpo.adapter == adapters["director_dpo"].path
+    assert parts.trained_director_dpo.model == tiny_config.train.director_dpo.model
+    assert parts.sft_speaker.adapter == adapters["sft"].path and parts.sft_speaker.model == tiny_config.train.sft.model
+    assert parts.sft_speaker.params == tiny_config.generation.params  # sampled as the other baselines are
+    assert components(tiny_config, Artifact(path=tmp_path / "speaker", sha256="0" * 64), grpo_only,
+                      None).trained_director_dpo is None
+
+
+def test_a_run_with_only_a_dpo_director_is_told_to_train_the_papers_one(tmp_path):
+    from flows.evaluate import trained_directors
+    from mascot.artifacts import RunDir, write_json
+
+    run = RunDir(tmp_path / "run")
+    with pytest.raises(FileNotFoundError, match="stage2/director"):
+        trained_directors(run, "c.yaml")
+    dpo = write_json({"method": "dpo"}, run.root / "stage2" / "director_dpo" / "metrics.json")
+    run.record({"stage2/director_dpo": dpo})
+    with pytest.raises(FileNotFoundError, match=r"trained only a DPO Director.*GRPO one.*mascot run stage2 --config c"):
+        trained_directors(run, "c.yaml")
+    grpo = write_json({"method": "grpo"}, run.root / "stage2" / "director" / "metrics.json")
+    run.record({"stage2/director": grpo})
+    assert set(trained_directors(run, "c.yaml")) == {"grpo", "dpo"}

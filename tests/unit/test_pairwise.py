@@ -77,3 +77,38 @@ def test_the_llm_pairwise_judge_sees_both_continuations_swapped():
         a_sides.append(group_line in a_part)
     assert sorted(a_sides) == [False, True]  # each continuation was A once and B once
     assert bodies[0]["response_format"]["json_schema"]["schema"]["properties"]["winner"]["enum"] == list(VERDICTS)
+
+
+def test_each_order_credits_mascot_with_the_side_it_was_shown_on(tmp_path):
+    """MASCOT is A in one order and B in the other: a verdict for its conversation counts for it in both,
+    read from the rows judge_preferences writes, against the judge's own verdict on the same sides."""
+    from mascot.artifacts import write_parquet
+    from mascot.config import DataConfig
+    from mascot.data.contexts import read_contexts, write_contexts
+    from mascot.evaluation.conversations import CONVERSATION_SCHEMA
+    from mascot.evaluation.pairwise import PairwiseJob, judge_preferences
+
+    data = DataConfig.model_validate({
+        "domain": "emotional_support", "roster": REPO / "configs" / "rosters" / "emotional_support.yaml",
+        "corpus": {"source": "empathetic_dialogues", "path": "samples:empathetic_dialogues", "limit": 2}})
+    contexts = write_contexts(data, 0, tmp_path / "contexts.parquet")
+    context_id = contexts.read_parquet()["context_id"][0]
+    sides = {"mascot": GROUP, "zero_shot": Side(ASSISTANT, [Turn("assistant", "ok")])}
+    played = [{"system": system, "context_id": context_id, "seed": 0, "role": "companion", "turn_idx": k,
+               "speaker": turn.speaker, "text": turn.text, "request_seed": k, "fallback": False}
+              for system, side in sides.items() for k, turn in enumerate(side.turns)]
+    conversations = write_parquet(pl.DataFrame(played, schema=CONVERSATION_SCHEMA), tmp_path / "conversations.parquet")
+    judge = JudgeConfig(kind="heuristic")
+    job = PairwiseJob(judge=judge, rubric=RUBRIC, roster=ROSTER, assistant=ASSISTANT, contexts=contexts, seed=0,
+                      requests=tmp_path / "requests.sqlite")
+    frame = judge_preferences(job, conversations, tmp_path / "preferences.parquet").read_parquet()
+
+    heuristic = make_pairwise_judge(judge, RUBRIC)
+    context = read_contexts(contexts)[context_id]
+    first = asyncio.run(heuristic.compare(context, sides["mascot"], sides["zero_shot"], 0)).winner
+    assert first in ("A", "B"), "the two conversations must not tie for this test to read anything"
+    by_order = {row["order"]: row for row in frame.iter_rows(named=True)}
+    mascot_won = float(first == "A")
+    assert by_order["mascot_first"]["winner"] == first and by_order["mascot_first"]["mascot"] == mascot_won
+    assert by_order["mascot_second"]["winner"] == {"A": "B", "B": "A"}[first]
+    assert by_order["mascot_second"]["mascot"] == mascot_won
