@@ -6,6 +6,7 @@
     mascot sample --config configs/tiny.yaml    K candidates per (context, persona)
     mascot run stage1 --config configs/tiny.yaml    pairs, persona reward model, GRPO Speaker
     mascot server start                         a Prefect server that stays up, for runs and deployments
+    mascot eval export-human runs/tiny          blind preference sheets for human raters; import-human reads them
 
 It lives outside the `mascot` library because it starts Prefect flows (`cli/run.py`); heavy
 imports wait until a command needs them, so `--help`, `--version` and `config validate` stay quick.
@@ -26,6 +27,7 @@ from rich.text import Text
 
 import mascot
 from cli.common import ConfigOption, console, errors, fail, load
+from cli.eval import eval_app
 from cli.run import resume, run_app
 from cli.server import server_app
 from mascot.config import RunConfig, load_any
@@ -44,6 +46,7 @@ app.add_typer(config_app, name="config")
 app.add_typer(data_app, name="data")
 app.add_typer(models_app, name="models")
 app.add_typer(server_app, name="server")
+app.add_typer(eval_app, name="eval")
 
 
 def _version(show: bool) -> None:

@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict
 
 from mascot.artifacts import Artifact, write_json, write_text
 from mascot.evaluation.pairwise import preference_results
-from mascot.evaluation.results import build_summary
+from mascot.evaluation.plots import ablation_plot, system_dot_plot
+from mascot.evaluation.results import MIN_SPLIT_CONTEXTS, build_summary
 from mascot.evaluation.scoring import AUTOMATIC
 from mascot.evaluation.systems import SYSTEMS
 from mascot.tracking import log_metrics
@@ -48,12 +49,45 @@ def write_report(spec: ReportSpec, contexts: Artifact, scores: Artifact, convers
                             spec.resamples, spec.seed)
     summary["preferences"] = preference_results(preferences.read_parquet(), spec.confidence, spec.resamples,
                                                 spec.seed)
-    written = {"eval/summary": write_json(summary, out / "summary.json"),
-               "eval/report": write_text(report_markdown(summary), out / "report.md")}
+    figures = write_figures(summary, out)
+    written = {"eval/summary": write_json(summary, out / "summary.json"), **figures,
+               "eval/report": write_text(report_markdown(summary, [a.path.name for a in figures.values()]),
+                                         out / "report.md")}
     tables = {f"{name}/{kind}": rows for name, results in summary["results"].items() for kind, rows in results.items()}
+    tables |= {f"{name}/{column}={value}/{kind}": rows for name, columns in summary["splits"].items()
+               for column, buckets in columns.items() for value, bucket in buckets.items() if bucket["results"]
+               for kind, rows in bucket["results"].items()}
     log_metrics("eval", {name: rows for name, rows in {**tables, "preferences": summary["preferences"]}.items()
                          if rows})
     return summary, written
+
+
+ABLATIONS = ("mascot", "mascot_p", "mascot_c")
+
+
+def write_figures(summary: dict[str, Any], out: Path) -> dict[str, Artifact]:
+    """On every evaluation context together: a dot plot per level (each criterion, each system, with its
+    interval over contexts), and MASCOT beside its ablations on the headline criteria and overall."""
+    results, systems = summary["results"]["all"], summary["systems"]
+    labels = {name: SYSTEMS[name].label for name in systems}
+    entries = {(e["system"], e["level"], e["metric"]): e for e in results["summaries"]}
+    figures = {}
+    for level in ("persona", "collective"):
+        metrics = ordered_metrics(summary["metrics"][level])
+        if metrics:
+            figures[f"eval/figure_{level}"] = system_dot_plot(
+                {(s, m): e for (s, lv, m), e in entries.items() if lv == level}, systems, labels, metrics,
+                f"{LEVEL_TITLES[level]}: mean and {summary['confidence']:.0%} interval over contexts "
+                f"({summary['run']}, all evaluation contexts)", out / f"figure_{level}.png")
+    ablations = [name for name in ABLATIONS if name in systems]
+    wanted = [*(("persona", m) for m in HEADLINE), ("persona", "overall"), ("collective", "overall")]
+    metrics = [(level, m) for level, m in wanted if any((s, level, m) in entries for s in ablations)]
+    if len(ablations) > 1 and metrics:
+        title = ("MASCOT and its ablations: no persona prompt (-P), random speaking order (-C)\n"
+                 f"mean and {summary['confidence']:.0%} interval over contexts ({summary['run']}, all contexts)")
+        figures["eval/figure_ablation"] = ablation_plot(entries, ablations, labels, metrics, title,
+                                                        out / "figure_ablation.png")
+    return figures
 
 
 def preamble(summary: dict[str, Any]) -> list[str]:
@@ -138,9 +172,10 @@ def comparison_table(results: dict[str, Any], level: str, metrics: list[str], sy
     return lines
 
 
-def report_markdown(summary: dict[str, Any]) -> str:
+def report_markdown(summary: dict[str, Any], figures: list[str] = ()) -> str:
     systems = summary["systems"]
-    lines = [f"# Evaluation: {summary['run']}", "", *(f"{line}\n" for line in preamble(summary)), "## Systems", "",
+    lines = [f"# Evaluation: {summary['run']}", "", *(f"{line}\n" for line in preamble(summary)),
+             *(f"![{name.removesuffix('.png')}]({name})\n" for name in figures), "## Systems", "",
              "| system | what it is |", "|---|---|",
              *(f"| {SYSTEMS[s].label} (`{s}`) | {summary['descriptions'][s]} |"
                for s in systems), ""]
@@ -162,7 +197,42 @@ def report_markdown(summary: dict[str, Any]) -> str:
         alpha = "not computable (fewer than two judges)" if entry["alpha"] is None else f"{entry['alpha']:.3f}"
         lines.append(f"- {level}: Krippendorff's alpha (interval) {alpha}, {entry['judges']} judge(s), "
                      f"{entry['items']} conversations.")
+    lines += ["", *splits_markdown(summary)]
     return "\n".join(lines).rstrip() + "\n"
+
+
+SPLIT_TITLES = {"valence": "valence (Empathetic Dialogues' emotion label)", "meeting_type": "meeting domain (QMSum)"}
+
+
+def splits_markdown(summary: dict[str, Any]) -> list[str]:
+    """For each evaluation set and split column, the overall score of each level per system and bucket."""
+    lines = []
+    for name, columns in summary["splits"].items():
+        for column, buckets in columns.items():
+            lines += [f"### {name} by {SPLIT_TITLES[column]}", ""]
+            for level in ("persona", "collective"):
+                header = [f"{value} ({bucket['contexts']} context{'s' * (bucket['contexts'] != 1)})"
+                          for value, bucket in buckets.items()]
+                lines += [f"{LEVEL_TITLES[level]}, overall: mean ± sd [interval], n (contexts, seeds)", "",
+                          "| system | " + " | ".join(header) + " |", "|---|" + "---|" * len(header)]
+                for system in summary["systems"]:
+                    cells = [_split_cell(bucket, level, system) for bucket in buckets.values()]
+                    lines.append(f"| {SYSTEMS[system].label} | " + " | ".join(cells) + " |")
+                lines.append("")
+    if not lines:
+        return []
+    return ["## Splits", "", (f"Each evaluation set by the contexts' valence or meeting domain, where it has more "
+                              f"than one. A bucket of fewer than {MIN_SPLIT_CONTEXTS} contexts is not scored: it has no "
+                              "interval over contexts. MASCOT's paired differences within each bucket, every metric "
+                              "and their Holm-adjusted p are in summary.json (`splits`)."), "", *lines]
+
+
+def _split_cell(bucket: dict[str, Any], level: str, system: str) -> str:
+    if bucket["results"] is None:
+        return "too few contexts"
+    entry = next((e for e in bucket["results"]["summaries"]
+                  if e["level"] == level and e["metric"] == "overall" and e["system"] == system), None)
+    return "–" if entry is None else f"{_cell(entry)}, n {entry['n']} ({entry['contexts']}, {entry['seeds']})"
 
 
 def judges_of(config) -> dict[str, Any]:

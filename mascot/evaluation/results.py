@@ -25,6 +25,8 @@ from mascot.evaluation.statistics import (
 )
 
 REFERENCE = "mascot"
+SPLITS = ("valence", "meeting_type")  # Empathetic Dialogues by valence, QMSum by meeting domain
+MIN_SPLIT_CONTEXTS = 2  # a bucket of one context has no spread and no interval over contexts
 
 
 def panel_scores(scores: pl.DataFrame) -> pl.DataFrame:
@@ -41,6 +43,29 @@ def evaluation_results(scores: pl.DataFrame, contexts: pl.DataFrame, systems: li
     merged = panel_scores(scores).join(contexts.select("context_id", "eval_set"), on="context_id", how="left")
     sets = {"all": merged, **{name: rows for (name,), rows in merged.group_by("eval_set", maintain_order=True)}}
     return {name: _set_results(rows, systems, confidence, resamples, seed) for name, rows in sets.items()}
+
+
+def split_results(scores: pl.DataFrame, contexts: pl.DataFrame, systems: list[str], confidence: float = 0.95,
+                  resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """The same results within each evaluation set by valence and by meeting domain, where a set has at
+    least two values of the column: `{set: {column: {value: results}}}`. A value with fewer than
+    MIN_SPLIT_CONTEXTS contexts is listed with its count and no results (`None`)."""
+    merged = panel_scores(scores).join(contexts.select("context_id", "eval_set", *SPLITS), on="context_id",
+                                       how="left")
+    splits: dict[str, Any] = {}
+    for (name,), rows in merged.group_by("eval_set", maintain_order=True):
+        for column in SPLITS:
+            values = sorted(rows[column].drop_nulls().unique().to_list())
+            if len(values) < 2:
+                continue
+            buckets = {}
+            for value in values:
+                bucket = rows.filter(pl.col(column) == value)
+                count = bucket["context_id"].n_unique()
+                buckets[value] = {"contexts": count, "results": _set_results(bucket, systems, confidence, resamples,
+                                                                             seed) if count >= MIN_SPLIT_CONTEXTS else None}
+            splits.setdefault(name, {})[column] = buckets
+    return splits
 
 
 def _set_results(rows: pl.DataFrame, systems: list[str], confidence: float, resamples: int, seed: int) -> dict:
@@ -109,4 +134,5 @@ def build_summary(run: str, systems: list[str], seeds: list[int], judges: dict[s
             "confidence": confidence, "metrics": metric_names(scores),
             "reasoning": {"marker": REPLY_MARKER, **reasoning_counts(conversations)},
             "results": evaluation_results(scores, contexts, systems, confidence, resamples, seed),
+            "splits": split_results(scores, contexts, systems, confidence, resamples, seed),
             "agreement": judge_agreements(scores)}

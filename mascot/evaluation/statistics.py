@@ -74,12 +74,14 @@ def holm(p_values: Sequence[float | None]) -> list[float | None]:
     return adjusted
 
 
-def judge_agreement(scores: dict[str, dict[str, float]]) -> dict:
-    """Krippendorff's alpha (interval level) between judges: `scores[judge][item]`; items a judge
-    did not score are missing, not zero. None with fewer than two judges or two shared items."""
+def judge_agreement(scores: dict[str, dict[str, float]], level: str = "interval") -> dict:
+    """Krippendorff's alpha between judges: `scores[judge][item]`; items a judge did not score are
+    missing, not zero. None with fewer than two judges or two shared items. `level` is the level of
+    measurement: "interval" for judge scores; "ordinal" for ordered choices such as human
+    preferences (loss < tie < win); "nominal" for unordered categories."""
     judges = sorted(scores)
     items = sorted({item for by_item in scores.values() for item in by_item})
-    result = {"alpha": None, "judges": len(judges), "items": len(items), "level": "interval",
+    result = {"alpha": None, "judges": len(judges), "items": len(items), "level": level,
               "method": "Krippendorff's alpha"}
     if len(judges) < 2 or len(items) < 2:
         return result
@@ -88,7 +90,7 @@ def judge_agreement(scores: dict[str, dict[str, float]]) -> dict:
     matrix = np.array([[scores[j].get(item, np.nan) for item in items] for j in judges], dtype=float)
     if np.nanstd(matrix) == 0:
         return result  # every score the same: alpha is 0/0
-    result["alpha"] = float(krippendorff.alpha(reliability_data=matrix, level_of_measurement="interval"))
+    result["alpha"] = float(krippendorff.alpha(reliability_data=matrix, level_of_measurement=level))
     return result
 
 

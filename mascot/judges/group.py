@@ -52,11 +52,14 @@ class BlockItem:
     block: list[Turn]  # the trajectory: companion turns, and the user's turns between blocks
 
 
-def turn_lines(turns: list[Turn], roster: Roster) -> list[dict[str, str]]:
-    def label(turn: Turn) -> str:
-        return roster.get(turn.speaker).name if turn.role == "companion" else turn.speaker.capitalize()
+def speaker_label(turn: Turn, roster: Roster) -> str:
+    """Who said a turn, as a reader sees it: a companion's persona name, else the speaker capitalised."""
+    return roster.get(turn.speaker).name if turn.role == "companion" else turn.speaker.capitalize()
 
-    return [{"speaker": escape_data(label(t)), "text": escape_data(t.text.strip() or "(empty)")} for t in turns]
+
+def turn_lines(turns: list[Turn], roster: Roster) -> list[dict[str, str]]:
+    return [{"speaker": escape_data(speaker_label(t, roster)), "text": escape_data(t.text.strip() or "(empty)")}
+            for t in turns]
 
 
 def group_judge_messages(rubric: Rubric, item: BlockItem) -> list[dict[str, str]]:

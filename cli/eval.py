@@ -1,0 +1,102 @@
+"""`mascot eval`: human preference sheets from a finished evaluation, and the raters' choices read back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from cli.common import console, fail
+
+eval_app = typer.Typer(help="Human preference: blind sheets for raters, and their ratings.", no_args_is_help=True)
+
+RunArgument = Annotated[Path, typer.Argument(help="The run directory of a finished evaluation, e.g. runs/tiny.")]
+KeyOption = Annotated[Path | None, typer.Option(
+    "--key", help="The key file, which says which side is MASCOT (default: RUN/eval/human_key.json).")]
+
+
+def default_key(run_dir: Path) -> Path:
+    return run_dir / "eval" / "human_key.json"
+
+
+@eval_app.command("export-human")
+def export_human(
+    run_dir: RunArgument,
+    out: Annotated[Path | None, typer.Option(help="Folder of the sheets for raters (default: RUN/eval/human).")] = None,
+    key: KeyOption = None,
+    per_baseline: Annotated[int | None, typer.Option(
+        help="At most this many comparisons per baseline, chosen by --seed (default: all).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the sampling, the item order and MASCOT's sides.")] = 0,
+    baselines: Annotated[str | None, typer.Option(
+        help="Comma-separated baselines to compare MASCOT with (default: every one the evaluation ran).")] = None,
+    force: Annotated[bool, typer.Option(help="Replace a key that another export wrote.")] = False,
+):
+    """Write blind pairwise sheets (sheet.csv, sheet.html) of MASCOT against each baseline, and the key apart.
+
+    Each item is MASCOT's conversation and a baseline's on the same context and seed, MASCOT on side A in
+    half of each baseline's items; the sheets name no system. Send raters the sheets' folder; keep the key.
+    """
+    from mascot.artifacts import ArtifactChanged
+    from mascot.evaluation.human import HumanRatingsError, export_sheets
+    from mascot.yamlio import ConfigError
+
+    names = [name.strip() for name in baselines.split(",") if name.strip()] if baselines else None
+    key = key or default_key(run_dir)
+    try:
+        export = export_sheets(run_dir, out or run_dir / "eval" / "human", key, seed=seed,
+                               per_baseline=per_baseline, baselines=names, force=force)
+    except (HumanRatingsError, FileNotFoundError, ArtifactChanged, ConfigError) as exc:
+        fail(exc)
+    counts = ", ".join(f"{baseline} {n}" for baseline, n in export.per_baseline.items())
+    console.print(f"[green]{export.items} blind comparisons[/green] ({counts})", highlight=False)
+    console.print(f"send to raters: {export.sheet_html} (one page, works offline) or {export.sheet_csv}",
+                  highlight=False, soft_wrap=True)
+    console.print(f"keep back:      {export.key} (says which side is MASCOT; import-human reads it)",
+                  highlight=False, soft_wrap=True)
+    console.print(f"then:           mascot eval import-human {run_dir} RATINGS.csv..."
+                  + (f" --key {export.key}" if key != default_key(run_dir) else ""), highlight=False, soft_wrap=True)
+
+
+@eval_app.command("import-human")
+def import_human(
+    run_dir: RunArgument,
+    ratings: Annotated[list[Path], typer.Argument(
+        help="Rater CSV files: item_id, rater, choice (A, B or tie), comment; one or more raters each.")],
+    key: KeyOption = None,
+):
+    """Read raters' choices against the key: MASCOT's wins, ties, losses and win rate per baseline, and the
+    raters' agreement. Writes RUN/eval/human_results.json; a bad file is refused, naming its line and field."""
+    from mascot.evaluation.human import HumanRatingsError, import_ratings
+    from mascot.evaluation.systems import SYSTEMS
+
+    try:
+        summary = import_ratings(run_dir, ratings, key or default_key(run_dir), run_dir / "eval" / "human_results.json")
+    except (HumanRatingsError, FileNotFoundError) as exc:
+        fail(exc)
+    table = Table(title=f"Human preference, {len(summary['raters'])} rater(s): MASCOT against each baseline",
+                  caption=f"n: ratings; W/T/L: MASCOT's wins, ties and losses; win rate: ties count half, "
+                          f"[{summary['confidence']:.0%} interval over contexts]; alpha: Krippendorff's, ordinal, "
+                          "on the items two or more raters rated")
+    table.add_column("baseline", no_wrap=True)
+    for column in ("raters", "n", "contexts", "W/T/L", "win rate", "alpha (items)"):
+        table.add_column(column, justify="right", no_wrap=column == "win rate")
+    missing_alpha = []
+    for entry in summary["results"]:
+        agreement, label = entry["agreement"], SYSTEMS[entry["baseline"]].label if entry["baseline"] in SYSTEMS \
+            else entry["baseline"]
+        if agreement["alpha"] is None:
+            missing_alpha.append(f"alpha against {label}: none, {agreement['reason']}")
+        table.add_row(label, str(entry["raters"]), str(entry["ratings"]), str(entry["contexts"]),
+                      f"{entry['wins']}/{entry['ties']}/{entry['losses']}",
+                      f"{entry['win_rate']:.0%} [{entry['ci_low']:.0%}, {entry['ci_high']:.0%}]",
+                      "–" if agreement["alpha"] is None else f"{agreement['alpha']:.2f} ({agreement['items']})")
+    console.print(table)
+    for line in missing_alpha:
+        console.print(line, highlight=False, soft_wrap=True)
+    blank = sum(f["blank_rows"] for f in summary["ratings_files"])
+    if blank:
+        console.print(f"{blank} blank row(s) (items nobody rated on a filled-in sheet.csv) were left out",
+                      highlight=False)
+    console.print(f"results: {run_dir / 'eval' / 'human_results.json'}", highlight=False, soft_wrap=True)

@@ -1,0 +1,376 @@
+"""Human preference: blind pairwise sheets for raters, and their ratings read back against a key.
+
+A comparison is the automatic pairwise judge's (`mascot.evaluation.pairwise`): MASCOT's conversation
+and a baseline's, on the same context and evaluation seed. `export_sheets` samples up to N of them
+per baseline, shuffles their order, and puts MASCOT on side A in half of each baseline's items and
+on side B in the other half (which half, by seed), so a rater who prefers a position cannot favour a
+system. The sheets (`sheet.csv`, `sheet.html`) name no system; the key that says which side is which
+is written apart from them, outside the folder that goes to raters.
+
+An item id is a hash of the run's conversations file, the export seed, the comparison and MASCOT's
+side. It is stable (the same export gives the same ids), a rating can only ever be read with the
+side it was given, and a rater, who does not have the run's files, cannot work the side out from it.
+
+`import_ratings` reads rater files (item_id, rater, choice, comment), refusing every problem with its
+file, line and field, and reports per baseline MASCOT's wins, ties and losses, its win rate with an
+interval over contexts (`statistics.win_rate`), and Krippendorff's alpha between raters at the
+ordinal level (loss < tie < win, read from MASCOT's side).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import random
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from mascot.artifacts import Artifact, RunDir, atomic_path, file_sha256, write_json, write_text
+from mascot.data.contexts import read_contexts
+from mascot.dialogue.turns import Turn, opening_query, opening_turns
+from mascot.evaluation.conversations import read_conversations
+from mascot.evaluation.human_sheet import Line, SheetItem, render_sheet_html
+from mascot.evaluation.statistics import judge_agreement, win_rate
+from mascot.evaluation.systems import SYSTEMS
+from mascot.judges.group import speaker_label
+from mascot.queries import request_seed
+from mascot.roster import Roster, load_roster
+
+MASCOT = "mascot"
+CHOICES = ("A", "B", "tie")
+RATING_COLUMNS = ("item_id", "rater", "choice", "comment")
+REQUIRED_COLUMNS = ("item_id", "rater", "choice")
+SHEET_COLUMNS = ("item_id", "context", "conversation_a", "conversation_b", "rater", "choice", "comment")
+AGREEMENT_LEVEL = "ordinal"  # a tie lies between preferring one side and preferring the other
+
+
+class KeyItem(BaseModel):
+    """What one blind item is: which system is on each side, and the comparison it came from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    system_a: str
+    system_b: str
+    context_id: str
+    seed: int
+    eval_set: str
+
+    @property
+    def baseline(self) -> str:
+        return self.system_b if self.system_a == MASCOT else self.system_a
+
+    @property
+    def mascot_side(self) -> str:
+        return "A" if self.system_a == MASCOT else "B"
+
+
+class HumanKey(BaseModel):
+    """key.json: kept back from raters; import reads their choices through it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run: str
+    seed: int
+    conversations_sha256: str
+    items: dict[str, KeyItem]
+
+
+@dataclass(frozen=True)
+class Export:
+    sheet_csv: Path
+    sheet_html: Path
+    key: Path
+    items: int
+    per_baseline: dict[str, int]
+
+
+class HumanRatingsError(ValueError):
+    """Bad input to export or import; `problems` holds one line per problem (file:line: field: message)."""
+
+    def __init__(self, *problems: str):
+        self.problems = list(problems)
+        super().__init__("\n".join(problems))
+
+
+def evaluation_artifact(run: RunDir, name: str) -> Artifact:
+    """A finished evaluation's artifact (`eval/conversations`), checked against its recorded hash."""
+    try:
+        return run.recorded(name, "human preference sheets")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{run.root} has no {name} recorded in its manifest: human preference sheets "
+                                "are made from a finished evaluation; run `mascot run evaluate` for this run "
+                                "first") from None
+
+
+def run_rosters(run: RunDir) -> tuple[Roster, Roster]:
+    """The run's roster and single assistant, from the config its manifest records: the persona names the
+    sheets show are those the evaluation used."""
+    config = json.loads(run.manifest.read_text()).get("config") or {}
+    paths = [(config.get("data") or {}).get("roster"), (config.get("eval") or {}).get("assistant")]
+    if None in paths:
+        raise FileNotFoundError(f"{run.manifest} names no data.roster and eval.assistant in its config, so the "
+                                "speakers' names are unknown: is this a finished evaluation run?")
+    return load_roster(paths[0]), load_roster(paths[1])
+
+
+def choose_comparisons(pairs: list[tuple[str, str, int]], seed: int,
+                       per_baseline: int | None) -> list[tuple[str, str, int, str]]:
+    """(baseline, context id, seed, MASCOT's side) of up to `per_baseline` comparisons per baseline, chosen by
+    seed, MASCOT on side A in half of each baseline's (the odd one by seed), all in a seeded order."""
+    by_baseline: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for baseline, context_id, eval_seed in sorted(pairs):
+        by_baseline[baseline].append((context_id, eval_seed))
+    chosen = []
+    for baseline, candidates in by_baseline.items():
+        rng = random.Random(request_seed(seed, "human", baseline))
+        picked = rng.sample(candidates, min(per_baseline or len(candidates), len(candidates)))
+        half = len(picked) // 2
+        sides = ["A"] * half + ["B"] * half + ([rng.choice("AB")] if len(picked) % 2 else [])
+        rng.shuffle(sides)
+        chosen += [(baseline, c, s, side) for (c, s), side in zip(picked, sides, strict=True)]
+    random.Random(request_seed(seed, "human", "order")).shuffle(chosen)
+    return chosen
+
+
+def lines(turns: list[Turn], roster: Roster) -> list[Line]:
+    return [Line(speaker_label(turn, roster), turn.text.strip() or "(empty)") for turn in turns]
+
+
+def as_text(turns: list[Line]) -> str:
+    return "\n".join(f"{line.speaker}: {line.text}" for line in turns)
+
+
+def context_text(item: SheetItem) -> str:
+    """The opening as sheet.csv shows it: a meeting's question first, when it has one."""
+    return "\n".join([*([f"Question: {item.query}"] if item.query else []), as_text(item.context)])
+
+
+def export_sheets(run_dir: Path, out: Path, key_path: Path, *, seed: int = 0, per_baseline: int | None = None,
+                  baselines: list[str] | None = None, force: bool = False) -> Export:
+    """Write the blind sheets to `out` and the key to `key_path` (outside `out`)."""
+    run = RunDir(run_dir)
+    out, key_path = out.resolve(), key_path.resolve()
+    if key_path.is_relative_to(out):
+        raise HumanRatingsError(f"--key {key_path}: the key is inside {out}, the folder that goes to raters; it "
+                                "says which side is MASCOT, so keep it elsewhere")
+    if per_baseline is not None and per_baseline < 1:
+        raise HumanRatingsError(f"--per-baseline {per_baseline}: expected at least 1 item per baseline")
+    conversations = evaluation_artifact(run, "eval/conversations")
+    contexts_artifact = evaluation_artifact(run, "eval/contexts")
+    roster, assistant = run_rosters(run)
+    played = read_conversations(conversations)
+    pairs = [(system, c, s) for system, c, s in played if system != MASCOT and (MASCOT, c, s) in played]
+    available = sorted({baseline for baseline, _, _ in pairs})
+    if not available:
+        raise HumanRatingsError(f"{conversations.path}: no baseline shares a context and seed with MASCOT, so "
+                                "there is nothing to compare")
+    unknown = sorted(set(baselines or []) - set(available))
+    if unknown:
+        raise HumanRatingsError(f"--baselines: {', '.join(unknown)} played no conversation to compare with "
+                                f"MASCOT's; expected some of: {', '.join(available)}")
+    pairs = [pair for pair in pairs if not baselines or pair[0] in baselines]
+    contexts = read_contexts(contexts_artifact)
+    eval_sets = dict(contexts_artifact.read_parquet().select("context_id", "eval_set").iter_rows())
+
+    sheet, key_items = [], {}
+    for baseline, context_id, eval_seed, side in choose_comparisons(pairs, seed, per_baseline):
+        item_id = hashlib.sha256(f"{conversations.sha256}\x1f{seed}\x1f{baseline}\x1f{context_id}\x1f{eval_seed}"
+                                 f"\x1f{side}".encode()).hexdigest()[:12]
+        systems = (MASCOT, baseline) if side == "A" else (baseline, MASCOT)
+        a, b = (lines(played[(system, context_id, eval_seed)], roster if SYSTEMS[system].group else assistant)
+                for system in systems)
+        opening = opening_turns(contexts[context_id])
+        sheet.append(SheetItem(item_id, opening_query(opening), lines(opening, roster), a, b))
+        key_items[item_id] = KeyItem(system_a=systems[0], system_b=systems[1], context_id=context_id,
+                                     seed=eval_seed, eval_set=eval_sets[context_id])
+    if len(key_items) != len(sheet):
+        raise RuntimeError("two comparisons were given the same item id; export again with another --seed")
+    key = HumanKey(run=run.root.name, seed=seed, conversations_sha256=conversations.sha256, items=key_items)
+    if key_path.exists() and not force and read_key(key_path) != key:
+        raise HumanRatingsError(f"{key_path} already holds the key of another export; ratings of sheets sent out "
+                                "with it could no longer be read. Pass --force to replace it, or --key elsewhere")
+
+    # The key first: sheets without their key could never be read back.
+    write_json(key.model_dump(mode="json"), key_path)
+    sheet_csv, sheet_html = out / "sheet.csv", out / "sheet.html"
+    with atomic_path(sheet_csv) as temporary, temporary.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(SHEET_COLUMNS)
+        for item in sheet:
+            writer.writerow([item.item_id, context_text(item), as_text(item.a), as_text(item.b), "", "", ""])
+    write_text(render_sheet_html(sheet, hashlib.sha256("".join(key_items).encode()).hexdigest()[:12]), sheet_html)
+    counts = Counter(item.baseline for item in key_items.values())
+    return Export(sheet_csv, sheet_html, key_path, len(sheet), dict(sorted(counts.items())))
+
+
+def read_key(path: Path) -> HumanKey:
+    if not path.exists():
+        raise FileNotFoundError(f"no key file at {path}: run `mascot eval export-human RUN` first (it writes the "
+                                "key beside the sheets' folder), or pass --key with the key of the sheets rated")
+    try:
+        return HumanKey.model_validate_json(path.read_text())
+    except ValidationError as exc:
+        problems = [f"{path}: {'.'.join(map(str, e['loc'])) or 'key'}: {e['msg']}" for e in exc.errors()]
+        raise HumanRatingsError(*problems) from None
+
+
+@dataclass(frozen=True)
+class Rating:
+    item_id: str
+    rater: str
+    choice: str  # "A", "B" or "tie"
+    comment: str
+    where: str  # file:line, for messages
+
+
+@dataclass(frozen=True)
+class RatingsFile:
+    path: Path
+    sha256: str
+    ratings: int
+    blank_rows: int  # rows with no rater, choice or comment: items left unrated on a filled-in sheet.csv
+
+
+def csv_records(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    """A CSV file's header and its non-empty records, each with the line it starts on (a quoted field may span
+    lines). utf-8-sig: a CSV saved by a spreadsheet may start with a byte-order mark."""
+    with path.open(newline="", encoding="utf-8-sig") as handle:
+        reader = csv.reader(handle)
+        header = [name.strip() for name in next(reader, [])]
+        records = []
+        while True:
+            line = reader.line_num + 1
+            row = next(reader, None)
+            if row is None:
+                return header, records
+            if any(cell.strip() for cell in row):
+                records.append((line, row))
+
+
+def rating_problems(value: dict[str, str], where: str, key: HumanKey, first_seen: dict[tuple[str, str], str]
+                    ) -> list[str]:
+    """What is wrong with one record of a ratings file (none when it is a rating)."""
+    problems = []
+    if not value["item_id"]:
+        problems.append(f"{where}: item_id: empty; expected the id of an item of the sheet")
+    elif value["item_id"] not in key.items:
+        problems.append(f"{where}: item_id: {value['item_id']!r} is not an item of this key's sheets")
+    if not value["rater"]:
+        problems.append(f"{where}: rater: empty; every rating needs its rater's id")
+    if value["choice"].lower() not in {c.lower() for c in CHOICES}:
+        problems.append(f"{where}: choice: {value['choice']!r}; expected A, B or tie")
+    seen = first_seen.setdefault((value["rater"], value["item_id"]), where)
+    if value["rater"] and seen != where:
+        problems.append(f"{where}: item_id: rater {value['rater']!r} rated item {value['item_id']} again (first at "
+                        f"{seen}); keep one rating per rater and item")
+    return problems
+
+
+def read_ratings(paths: list[Path], key: HumanKey) -> tuple[list[Rating], list[RatingsFile]]:
+    """Every rating of every file, or HumanRatingsError with every problem found (file:line: field: message)."""
+    problems, ratings, files = [], [], []
+    first_seen: dict[tuple[str, str], str] = {}
+    by_lower = {c.lower(): c for c in CHOICES}
+    for path in paths:
+        if not path.is_file():
+            problems.append(f"{path}: no such ratings file")
+            continue
+        try:
+            header, records = csv_records(path)
+        except (UnicodeDecodeError, csv.Error) as exc:
+            problems.append(f"{path}: not a UTF-8 CSV file ({exc}); save it as CSV UTF-8")
+            continue
+        missing = [name for name in REQUIRED_COLUMNS if name not in header]
+        if missing:
+            problems.append(f"{path}:1: missing column(s) {', '.join(missing)}; expected a header with "
+                            f"{', '.join(RATING_COLUMNS)} (comment optional)")
+            continue
+        column = {name: header.index(name) for name in RATING_COLUMNS if name in header}
+        count = blank = 0
+        for line, row in records:
+            value = {name: row[i].strip() if (i := column.get(name)) is not None and i < len(row) else ""
+                     for name in RATING_COLUMNS}
+            if not (value["rater"] or value["choice"] or value["comment"]):
+                blank += 1
+                continue
+            where = f"{path}:{line}"
+            found = rating_problems(value, where, key, first_seen)
+            problems += found
+            if not found:
+                count += 1
+                ratings.append(Rating(value["item_id"], value["rater"], by_lower[value["choice"].lower()],
+                                      value["comment"], where))
+        files.append(RatingsFile(path, file_sha256(path), count, blank))
+    if problems:
+        raise HumanRatingsError(*problems)
+    if not ratings:
+        raise HumanRatingsError(f"{', '.join(map(str, paths))}: no ratings (every row is blank)")
+    return ratings, files
+
+
+def outcome(rating: Rating, item: KeyItem) -> float:
+    """The rating read from MASCOT's side: a win (1), a tie (0.5) or a loss (0)."""
+    return 0.5 if rating.choice == "tie" else float(rating.choice == item.mascot_side)
+
+
+def rater_agreement(outcomes: dict[str, dict[str, float]]) -> dict:
+    """Krippendorff's alpha (ordinal) between raters over the items two or more of them rated, with the reason
+    when it cannot be computed."""
+    raters_of: Counter[str] = Counter(item for by_item in outcomes.values() for item in by_item)
+    shared = {rater: {item: value for item, value in by_item.items() if raters_of[item] >= 2}
+              for rater, by_item in outcomes.items()}
+    shared = {rater: by_item for rater, by_item in shared.items() if by_item}
+    result = judge_agreement(shared, level=AGREEMENT_LEVEL)
+    agreement = {"alpha": result["alpha"], "raters": result["judges"], "items": result["items"],
+                 "level": result["level"], "method": result["method"], "reason": None}
+    if len(outcomes) < 2:
+        agreement["reason"] = "fewer than two raters"
+    elif result["items"] < 2:
+        agreement["reason"] = f"{result['items']} item(s) rated by two or more raters; alpha needs at least two"
+    elif result["alpha"] is None:
+        agreement["reason"] = "every rating of the shared items is the same, so alpha is undefined (0/0)"
+    return agreement
+
+
+def human_results(ratings: list[Rating], key: HumanKey, confidence: float = 0.95, resamples: int = 2000,
+                  seed: int = 0) -> list[dict]:
+    """Per baseline: raters, ratings, MASCOT's wins, ties and losses and win rate (ties count half; every rating
+    counts, its context the cluster the interval resamples), and the raters' agreement."""
+    by_baseline: dict[str, list[Rating]] = defaultdict(list)
+    for rating in ratings:
+        by_baseline[key.items[rating.item_id].baseline].append(rating)
+    in_sheet = Counter(item.baseline for item in key.items.values())
+    results = []
+    for baseline in sorted(by_baseline):
+        rated = by_baseline[baseline]
+        items = [key.items[r.item_id] for r in rated]
+        outcomes = [outcome(r, item) for r, item in zip(rated, items, strict=True)]
+        per_rater: dict[str, dict[str, float]] = defaultdict(dict)
+        for rating, value in zip(rated, outcomes, strict=True):
+            per_rater[rating.rater][rating.item_id] = value
+        results.append({"baseline": baseline, "raters": len(per_rater), "ratings": len(rated),
+                        "items": len({r.item_id for r in rated}), "items_in_sheet": in_sheet[baseline],
+                        "seeds": len({item.seed for item in items}),
+                        **win_rate(outcomes, [item.context_id for item in items], confidence, resamples, seed),
+                        "agreement": rater_agreement(per_rater)})
+    return results
+
+
+def import_ratings(run_dir: Path, paths: list[Path], key_path: Path, out: Path, confidence: float = 0.95,
+                   resamples: int = 2000) -> dict:
+    """Read the rater files against the key and write `out` (human_results.json); nothing is written on error."""
+    key = read_key(key_path)
+    ratings, files = read_ratings(paths, key)
+    summary = {"run": str(run_dir), "key": {"path": str(key_path), "sha256": file_sha256(key_path)},
+               "ratings_files": [{"path": str(f.path), "sha256": f.sha256, "ratings": f.ratings,
+                                  "blank_rows": f.blank_rows} for f in files],
+               "raters": sorted({r.rater for r in ratings}), "confidence": confidence,
+               "outcome": "MASCOT's side: win 1, tie 0.5, loss 0",
+               "results": human_results(ratings, key, confidence, resamples, seed=key.seed)}
+    write_json(summary, out)
+    return summary
+

@@ -1,0 +1,85 @@
+"""The report's parts. Results by split: each evaluation set by valence (or meeting domain) where it has
+more than one, a bucket's numbers computed on its own contexts only, and too small a bucket listed but
+not scored. Figures: one per level and the ablations', embedded in report.md."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from mascot.evaluation.report import report_markdown
+from mascot.evaluation.results import build_summary, split_results
+from mascot.evaluation.scoring import SCORE_SCHEMA
+
+# held_out: three negative contexts, two positive, one neutral; esconv: all negative (no split).
+CONTEXTS = pl.DataFrame({
+    "context_id": ["n1", "n2", "n3", "p1", "p2", "u1", "e1", "e2"],
+    "eval_set": ["held_out"] * 6 + ["esconv:test"] * 2,
+    "valence": ["negative"] * 3 + ["positive"] * 2 + ["neutral"] + ["negative"] * 2,
+    "meeting_type": [None] * 8}, schema_overrides={"meeting_type": pl.String})
+MASCOT = {"n1": 60, "n2": 70, "n3": 80, "p1": 40, "p2": 50, "u1": 90, "e1": 10, "e2": 20}
+
+
+def scores() -> pl.DataFrame:
+    rows = []
+    for system, shift in (("mascot", 0), ("zero_shot", -10)):
+        for context, value in MASCOT.items():
+            for level in ("persona", "collective"):
+                rows.append({"system": system, "context_id": context, "seed": 0, "level": level, "metric": "overall",
+                             "judge": "heuristic", "value": float(value + shift)})
+    return pl.DataFrame(rows, schema=SCORE_SCHEMA)
+
+
+def test_each_bucket_is_scored_on_its_own_contexts():
+    splits = split_results(scores(), CONTEXTS, ["mascot", "zero_shot"], resamples=200)
+    assert set(splits) == {"held_out"} and set(splits["held_out"]) == {"valence"}  # esconv has one valence
+    buckets = splits["held_out"]["valence"]
+    assert {value: bucket["contexts"] for value, bucket in buckets.items()} == {"negative": 3, "neutral": 1,
+                                                                                "positive": 2}
+    assert buckets["neutral"]["results"] is None  # one context: no interval over contexts
+    negative = {(e["system"], e["level"]): e for e in buckets["negative"]["results"]["summaries"]}
+    assert negative[("mascot", "persona")]["mean"] == pytest.approx(70.0)
+    assert negative[("zero_shot", "collective")]["mean"] == pytest.approx(60.0)
+    assert negative[("mascot", "persona")]["sd"] == pytest.approx(10.0) and negative[("mascot", "persona")]["contexts"] == 3
+    [difference] = [c for c in buckets["positive"]["results"]["comparisons"] if c["level"] == "persona"]
+    assert difference["baseline"] == "zero_shot" and difference["mean"] == pytest.approx(10.0)
+
+
+def test_the_report_shows_every_bucket_with_its_n_or_says_it_is_too_small():
+    summary = build_summary("r", ["mascot", "zero_shot"], [0], {
+        "persona": ["heuristic"], "collective": ["heuristic"], "pairwise": "heuristic", "shared_with_training": [],
+        "heuristic_only": True}, CONTEXTS, scores(),
+        pl.DataFrame({"role": ["companion"], "reasoning_marked": [None]}, schema_overrides={"reasoning_marked": pl.Boolean}),
+        resamples=200)
+    summary["preferences"] = []
+    report = report_markdown(summary, ["figure_persona.png"])
+    assert "![figure_persona](figure_persona.png)" in report.split("## Systems")[0]
+    section = report.split("## Splits")[1]
+    assert "### held_out by valence" in section and "esconv:test by" not in section
+    assert "| negative (3 contexts) | neutral (1 context) | positive (2 contexts) |" in section
+    rows = [line for line in section.splitlines() if line.startswith("| MASCOT |")]
+    assert len(rows) == 2  # persona and collective
+    assert rows[0].startswith("| MASCOT | 70.0 ± 10.0 [") and "n 3 (3, 1)" in rows[0] and "too few contexts" in rows[0]
+
+
+def test_figures_are_pngs_of_every_level_and_the_ablations_and_the_report_embeds_them(tmp_path):
+    from PIL import Image
+
+    from mascot.evaluation.report import write_figures
+
+    rows = []
+    for system in ("mascot", "mascot_p", "zero_shot"):
+        for level in ("persona", "collective"):
+            for metric in ("persona_consistency", "overall"):
+                rows.append({"system": system, "level": level, "metric": metric, "mean": 50.0, "ci_low": 45.0,
+                             "ci_high": 55.0})
+    summary = {"results": {"all": {"summaries": rows}}, "systems": ["mascot", "mascot_p", "zero_shot"],
+               "metrics": {"persona": ["persona_consistency", "overall"], "collective": ["overall"], "automatic": []},
+               "confidence": 0.95, "run": "r"}
+    figures = write_figures(summary, tmp_path)
+    assert set(figures) == {"eval/figure_persona", "eval/figure_collective", "eval/figure_ablation"}
+    for artifact in figures.values():
+        with Image.open(artifact.verified()) as image:
+            assert image.format == "PNG" and image.width > 400 and image.height > 200
+    summary["systems"] = ["mascot", "zero_shot"]  # one ablation system alone: nothing to set beside MASCOT
+    assert "eval/figure_ablation" not in write_figures(summary, tmp_path / "no-ablation")
