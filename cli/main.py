@@ -7,6 +7,7 @@
     mascot run stage1 --config configs/tiny.yaml    pairs, persona reward model, GRPO Speaker
     mascot server start                         a Prefect server that stays up, for runs and deployments
     mascot eval export-human runs/tiny          blind preference sheets for human raters; import-human reads them
+    mascot chat runs/tiny [--web]               talk to the trained group, in the terminal or a local web page
 
 It lives outside the `mascot` library because it starts Prefect flows (`cli/run.py`); heavy
 imports wait until a command needs them, so `--help`, `--version` and `config validate` stay quick.
@@ -26,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 import mascot
+from cli.chat import chat
 from cli.common import ConfigOption, console, errors, fail, load
 from cli.eval import eval_app
 from cli.run import resume, run_app
@@ -42,6 +44,7 @@ data_app = typer.Typer(help="Inspect corpora.", no_args_is_help=True)
 models_app = typer.Typer(help="Build and locate models.", no_args_is_help=True)
 app.add_typer(run_app, name="run")
 app.command("resume")(resume)
+app.command("chat")(chat)
 app.add_typer(config_app, name="config")
 app.add_typer(data_app, name="data")
 app.add_typer(models_app, name="models")

@@ -17,6 +17,8 @@ that costs no GPU. Three things make it useful there:
   answering, whatever `n` is (a batched decode), without blocking the event loop, so any number of
   requests can be in flight at once and the client's concurrency decides the wall time. A fixed
   per-request latency is what a hosted API looks like from outside.
+- Streaming: a request with `stream: true` gets choice 0's text as server-sent chunks, a word every
+  `seconds_per_token` after `seconds_per_request`, then `data: [DONE]`, as vLLM streams.
 - Counting: `GET /stats` says how many requests came, how many are in flight now and at most, when
   the first arrived and the last was answered (time.time()), how many repeated an earlier
   request's body exactly, and how many were answered, again for a body answered before (a request
@@ -44,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 DEFAULT_MODEL = "sim-chat"
 DEFAULT_MAX_TOKENS = 16
@@ -182,6 +184,8 @@ def make_app(model: str = DEFAULT_MODEL, seconds_per_token: float = 0.03, second
         stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
         if stats.first_request_at is None:
             stats.first_request_at = time.time()
+        if body.get("stream"):
+            return StreamingResponse(streamed(body, stats, canonical, max_tokens), media_type="text/event-stream")
         try:
             # One batched decode for all n choices.
             await asyncio.sleep(seconds_per_request + max_tokens * seconds_per_token)
@@ -214,6 +218,28 @@ def make_app(model: str = DEFAULT_MODEL, seconds_per_token: float = 0.03, second
                           "total_tokens": prompt_tokens + n * max_tokens},
             })
         finally:
+            stats.in_flight -= 1
+            stats.last_response_at = time.time()
+
+    async def streamed(body: dict, stats: Stats, canonical: str, max_tokens: int):
+        """Choice 0 as server-sent chunks, a word every `seconds_per_token`, then `[DONE]`, as vLLM streams."""
+        try:
+            await asyncio.sleep(seconds_per_request)
+            await app.state.answering.wait()
+            text = completion_text(body["messages"], body.get("seed"), 0, body.get("temperature"), body.get("top_p"),
+                                   max_tokens)
+            chunk = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
+                     "created": int(time.time()), "model": body.get("model") or model}
+            for index, word in enumerate(text.split(" ")):
+                await asyncio.sleep(seconds_per_token)
+                delta = {"role": "assistant", "content": word} if index == 0 else {"content": " " + word}
+                yield f"data: {json.dumps({**chunk, 'choices': [{'index': 0, 'delta': delta}]})}\n\n"
+            yield f"data: {json.dumps({**chunk, 'choices': [{'index': 0, 'delta': {}, 'finish_reason': 'length'}]})}\n\n"
+            yield "data: [DONE]\n\n"
+            stats.answered += 1
+            stats.answered_again += canonical in stats.answered_bodies
+            stats.answered_bodies.add(canonical)
+        finally:  # also when the client goes away mid-stream (the generator is closed)
             stats.in_flight -= 1
             stats.last_response_at = time.time()
 

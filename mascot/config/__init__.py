@@ -9,6 +9,7 @@ the judges, the trainers or any stage: configs sit at the bottom of the package.
 
 from mascot.config.backends import BackendConfig, JudgeConfig, SamplingParams
 from mascot.config.base import SAMPLES_DIR, TINY_MODELS, Section
+from mascot.config.chat import ChatConfig, CrisisClassifierConfig, SafetyConfig
 from mascot.config.data import CORPUS_DOMAIN, CorpusConfig, DataConfig
 from mascot.config.loading import load_any, load_config
 from mascot.config.run import CacheConfig, RunConfig, RunSection, TinyModelSpec, TrackingConfig, TrainConfig
@@ -24,9 +25,38 @@ from mascot.config.stage2 import (
 from mascot.config.training import GRPOPolicyConfig, LoraConfig, RewardModelConfig, TrainerConfig
 
 __all__ = [
-    "CORPUS_DOMAIN", "SAMPLES_DIR", "TINY_MODELS", "BackendConfig", "BeforeAfterConfig", "CacheConfig", "CorpusConfig",
-    "DataConfig", "DirectorConfig", "DirectorDPOConfig", "DirectorEvalConfig", "DirectorRewardWeights", "EpisodeConfig",
-    "GRPOPolicyConfig", "JudgeConfig", "LoraConfig", "RewardModelConfig", "RunConfig", "RunSection",
-    "SamplingParams", "Section", "SpeakerConfig", "SpeakerRewardWeights", "Stage1Config", "Stage2Config", "TinyModelSpec",
-    "TrackingConfig", "TrainConfig", "TrainerConfig", "load_any", "load_config",
+    "CORPUS_DOMAIN",
+    "SAMPLES_DIR",
+    "TINY_MODELS",
+    "BackendConfig",
+    "BeforeAfterConfig",
+    "CacheConfig",
+    "ChatConfig",
+    "CorpusConfig",
+    "CrisisClassifierConfig",
+    "DataConfig",
+    "DirectorConfig",
+    "DirectorDPOConfig",
+    "DirectorEvalConfig",
+    "DirectorRewardWeights",
+    "EpisodeConfig",
+    "GRPOPolicyConfig",
+    "JudgeConfig",
+    "LoraConfig",
+    "RewardModelConfig",
+    "RunConfig",
+    "RunSection",
+    "SafetyConfig",
+    "SamplingParams",
+    "Section",
+    "SpeakerConfig",
+    "SpeakerRewardWeights",
+    "Stage1Config",
+    "Stage2Config",
+    "TinyModelSpec",
+    "TrackingConfig",
+    "TrainConfig",
+    "TrainerConfig",
+    "load_any",
+    "load_config",
 ]

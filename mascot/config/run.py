@@ -14,6 +14,7 @@ from pydantic import Field, model_validator
 
 from mascot.config.backends import BackendConfig
 from mascot.config.base import TINY_MODELS, ConfigPath, RunName, Section
+from mascot.config.chat import ChatConfig
 from mascot.config.data import DataConfig
 from mascot.config.evaluation import EvalConfig
 from mascot.config.stage1 import BeforeAfterConfig, SpeakerConfig, Stage1Config
@@ -100,6 +101,7 @@ class RunConfig(Section):
     stage1: Stage1Config
     stage2: Stage2Config | None = Field(default=None, description="Stage 2: episodes, group judge, Director.")
     eval: EvalConfig | None = Field(default=None, description="The evaluation: MASCOT against named baselines.")
+    chat: ChatConfig = Field(default_factory=ChatConfig, description="Talking to the trained group (mascot chat).")
     train: TrainConfig
     tiny: TinyModelSpec | None = Field(default=None, description="Needed when any model is 'tiny:lm' or 'tiny:rm'.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
@@ -151,6 +153,9 @@ class RunConfig(Section):
                         refs[("eval", panel, index, "backend", "model")] = judge.backend.model
             if self.eval.pairwise.backend is not None:
                 refs[("eval", "pairwise", "backend", "model")] = self.eval.pairwise.backend.model
+        for role in ("speaker", "director"):
+            if (backend := getattr(self.chat, role)) is not None:
+                refs[("chat", role, "model")] = backend.model
         for name, trainer in self.train.trainers.items():
             refs[("train", name, "model")] = trainer.model
         return refs

@@ -30,6 +30,7 @@ import concurrent.futures
 import functools
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,6 +132,8 @@ class _Request:
     params: SamplingParams
     seed: int
     future: concurrent.futures.Future
+    # Streaming (one sequence): called in the decoding thread with the tokens so far, after each new one.
+    on_tokens: Callable[[list[int]], None] | None = None
     admitted: int = 0  # sequences given a place in the batch so far
     sequences: list[_Sequence] = field(default_factory=list)
     # After the prompt's forward pass, until every sequence has started: its cache and last logits.
@@ -172,9 +175,15 @@ class BatchedDecoder:
         self._thread: threading.Thread | None = None
         self._closed = False
 
-    def submit(self, prompt: list[int], n: int, params: SamplingParams, seed: int) -> concurrent.futures.Future:
-        """Queue a request; its future gives n texts. Cancelling the future drops the request at the next step."""
-        request = _Request(prompt, n, params, seed, concurrent.futures.Future())
+    def submit(self, prompt: list[int], n: int, params: SamplingParams, seed: int,
+               on_tokens: Callable[[list[int]], None] | None = None) -> concurrent.futures.Future:
+        """Queue a request; its future gives n texts. Cancelling the future drops the request at the next step.
+
+        `on_tokens` (for n=1) sees the sequence's tokens after each new one; it runs in the decoding thread,
+        so it must return at once (hand the tokens to another thread, say). It changes nothing decoded."""
+        if on_tokens is not None and n != 1:
+            raise ValueError(f"a streamed request decodes one sequence, got n={n}")
+        request = _Request(prompt, n, params, seed, concurrent.futures.Future(), on_tokens)
         with self._wake:
             if self._closed:
                 raise RuntimeError("this decoder was closed: its model was unloaded")
@@ -292,6 +301,8 @@ class BatchedDecoder:
             sequence.done = True
             return
         sequence.tokens.append(token)
+        if sequence.request.on_tokens is not None:
+            sequence.request.on_tokens(list(sequence.tokens))
         if len(sequence.tokens) >= params.max_new_tokens:
             sequence.done = True
         elif params.stop:

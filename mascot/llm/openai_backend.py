@@ -17,9 +17,11 @@ such a candidate as unparseable rather than losing it. `empty_replies` counts th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 
+import httpx
 import openai
 
 from mascot.config import SamplingParams
@@ -33,6 +35,7 @@ from mascot.llm.base import (
     truncate_at_stop,
 )
 from mascot.llm.remote import RemoteBackend
+from mascot.llm.streaming import ReplyDeltas
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +94,40 @@ class OpenAIBackend(RemoteBackend):
         self, chat: list[dict], n: int, params: SamplingParams, seed: int, response_format: dict | None
     ) -> list[str]:
         """One chat-completion call; returns the choices' texts in index order (maybe fewer than n)."""
+        (client,) = self._loop_state()
+        async with self._limit().slot():
+            with self._translated_errors():
+                completion = await client.chat.completions.create(**self._body(chat, n, params, seed, response_format))
+        self.calls_made += 1
+        texts = []
+        for choice in sorted(completion.choices or [], key=lambda c: c.index):
+            content = choice.message.content
+            if content is None:
+                self.empty_replies += 1
+                content = ""
+            # Servers differ on whether the matched stop string is kept; drop it everywhere.
+            texts.append(truncate_at_stop(content, params.stop).strip())
+        return texts
+
+    async def stream(self, messages: Sequence[MessageLike], params: SamplingParams, seed: int) -> AsyncIterator[str]:
+        """One reply's text as the server streams it (`stream: true`), as deltas of the text `generate` returns
+        (`mascot.llm.streaming`). Closing the stream closes the connection, and the server stops decoding."""
+        (client,) = self._loop_state()
+        raw, deltas = "", ReplyDeltas(params.stop)
+        async with self._limit().slot():
+            with self._translated_errors():
+                chunks = await client.chat.completions.create(**self._body(normalize_messages(messages), 1, params,
+                                                                           seed, None), stream=True)
+                async with chunks:
+                    async for chunk in chunks:
+                        raw += "".join(choice.delta.content or "" for choice in chunk.choices if choice.index == 0)
+                        if delta := deltas.update(raw):
+                            yield delta
+        self.calls_made += 1
+        if delta := deltas.finish(raw):
+            yield delta
+
+    def _body(self, chat: list[dict], n: int, params: SamplingParams, seed: int, response_format: dict | None) -> dict:
         request = {
             "model": self.model,
             "messages": chat,
@@ -107,34 +144,27 @@ class OpenAIBackend(RemoteBackend):
             request["response_format"] = response_format
         if params.chat_template_kwargs:  # vLLM and `transformers serve` read it from the request body
             request["extra_body"] = {"chat_template_kwargs": params.chat_template_kwargs}
-        (client,) = self._loop_state()
-        async with self._limit().slot():
-            try:
-                completion = await client.chat.completions.create(**request)
-            except openai.APITimeoutError as exc:
+        return request
+
+    @contextlib.contextmanager
+    def _translated_errors(self) -> Iterator[None]:
+        """The SDK's errors, after its own retries, as this package's: unavailable (retryable) or refused."""
+        try:
+            yield
+        except openai.APITimeoutError as exc:
+            raise BackendUnavailable(self._unavailable_message(f"no answer within {self.timeout_s:g} s")) from exc
+        except openai.APIConnectionError as exc:
+            raise BackendUnavailable(self._unavailable_message(f"connection failed: {exc.__cause__ or exc}")) from exc
+        except openai.APIStatusError as exc:
+            if exc.status_code in RETRYABLE_STATUS or exc.status_code >= 500:
                 raise BackendUnavailable(self._unavailable_message(
-                    f"no answer within {self.timeout_s:g} s")) from exc
-            except openai.APIConnectionError as exc:
-                raise BackendUnavailable(self._unavailable_message(
-                    f"connection failed: {exc.__cause__ or exc}")) from exc
-            except openai.APIStatusError as exc:
-                if exc.status_code in RETRYABLE_STATUS or exc.status_code >= 500:
-                    raise BackendUnavailable(self._unavailable_message(
-                        f"HTTP {exc.status_code}: {_server_detail(exc)}")) from exc
-                raise BackendRequestError(
-                    f"{self.url} refused the request for model {self.model!r}: "
-                    f"HTTP {exc.status_code}: {_server_detail(exc)}"
-                ) from exc
-        self.calls_made += 1
-        texts = []
-        for choice in sorted(completion.choices or [], key=lambda c: c.index):
-            content = choice.message.content
-            if content is None:
-                self.empty_replies += 1
-                content = ""
-            # Servers differ on whether the matched stop string is kept; drop it everywhere.
-            texts.append(truncate_at_stop(content, params.stop).strip())
-        return texts
+                    f"HTTP {exc.status_code}: {_server_detail(exc)}")) from exc
+            raise BackendRequestError(
+                f"{self.url} refused the request for model {self.model!r}: "
+                f"HTTP {exc.status_code}: {_server_detail(exc)}"
+            ) from exc
+        except httpx.TransportError as exc:  # a stream cut off after its first bytes: the SDK does not wrap it
+            raise BackendUnavailable(self._unavailable_message(f"the stream broke off: {exc}")) from exc
 
     def _unavailable_message(self, reason: str) -> str:
         return (

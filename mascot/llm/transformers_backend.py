@@ -16,10 +16,11 @@ schema. Callers that need structured output parse and retry, as the judges do.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,8 @@ from mascot.config import SamplingParams
 from mascot.llm.base import MessageLike, check_n, normalize_messages
 from mascot.llm.batched_decoding import SAMPLER, BatchedDecoder, make_batch_invariant
 from mascot.llm.kv_cache import PrefixStore
-from mascot.llm.limits import shared_limit
+from mascot.llm.limits import Limit, shared_limit
+from mascot.llm.streaming import ReplyDeltas
 from mascot.torch_runtime import MissingTrainExtra, quiet_transformers, require_torch, resolve_device
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,10 @@ class LoadedModel:
     # A fast tokenizer used from two threads at once can fail ("Already borrowed").
     tokenizer_lock: threading.Lock = field(default_factory=threading.Lock)
     decoders: dict[int, BatchedDecoder] = field(default_factory=dict)  # by max_batch
+
+    def decode(self, tokens: list[int]) -> str:
+        with self.tokenizer_lock:
+            return self.tokenizer.decode(tokens, skip_special_tokens=True)
 
     def encode(self, chat: list[dict], chat_template_kwargs: dict) -> list[int]:
         with self.tokenizer_lock:
@@ -118,6 +124,26 @@ def _load_uncached(model: str, adapter: str | None, device: str) -> LoadedModel:
     return LoadedModel(model=network, tokenizer=tokenizer, device=device, prefixes=PrefixStore(PREFIX_CACHE_BYTES))
 
 
+class _Progress:
+    """A streamed sequence's latest tokens, handed from the decoding thread to the event loop. Only the latest
+    matter: a reader that falls behind decodes the newest tokens once, not every step it missed."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop, self.tokens, self.ended, self.changed = loop, [], False, asyncio.Event()
+
+    def post(self, tokens: list[int] | None) -> None:
+        """From the decoding thread: the tokens so far, or None once the request is answered."""
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is listening
+            self.loop.call_soon_threadsafe(self._set, tokens)
+
+    def _set(self, tokens: list[int] | None) -> None:
+        if tokens is None:
+            self.ended = True
+        else:
+            self.tokens = tokens
+        self.changed.set()
+
+
 class TransformersBackend:
     kind = "transformers"
     sampler = SAMPLER  # part of the request cache's key
@@ -149,14 +175,41 @@ class TransformersBackend:
         response_format: dict | None = None,  # ignored, see the module docstring
     ) -> list[str]:
         check_n(n)
-        chat = normalize_messages(messages)
-        # The limit queues requests for the whole run, first shard first, as the HTTP backends' limits do.
-        limit = shared_limit((self.kind, self.model, self.adapter, self.device), self.max_concurrency)
-        async with limit.slot():
-            # Loading takes seconds, once; encoding a prompt takes a millisecond, so it stays on the event loop
-            # and requests gathered at once reach the decoder at once.
-            loaded = _LOADED.get((self.model, self.adapter, self.device)) or await asyncio.to_thread(self.load)
-            prompt = loaded.encode(chat, params.chat_template_kwargs)
+        async with self._limit().slot():
+            loaded, prompt = await self._prompt(messages, params)
             texts = await asyncio.wrap_future(loaded.decoder(self.max_batch).submit(prompt, n, params, seed))
         self.calls_made += 1
         return texts
+
+    async def stream(self, messages: Sequence[MessageLike], params: SamplingParams, seed: int) -> AsyncIterator[str]:
+        """One reply's text as it is decoded (`mascot.llm.streaming`): the same tokens as `generate` samples
+        for this request, whatever else is decoded beside it. Closing the stream drops the request."""
+        async with self._limit().slot():
+            loaded, prompt = await self._prompt(messages, params)
+            progress = _Progress(asyncio.get_running_loop())
+            future = loaded.decoder(self.max_batch).submit(prompt, 1, params, seed, on_tokens=progress.post)
+            future.add_done_callback(lambda _: progress.post(None))  # after the last token's update
+            deltas = ReplyDeltas(params.stop)
+            try:
+                while not progress.ended:
+                    await progress.changed.wait()
+                    progress.changed.clear()
+                    if delta := deltas.update(loaded.decode(progress.tokens)):
+                        yield delta
+                text = (await asyncio.wrap_future(future))[0]
+            finally:
+                future.cancel()  # a stream closed early: the decoder drops the request at its next step
+        self.calls_made += 1
+        if delta := deltas.finish(text):
+            yield delta
+
+    def _limit(self) -> Limit:
+        # The limit queues requests for the whole run, first shard first, as the HTTP backends' limits do.
+        return shared_limit((self.kind, self.model, self.adapter, self.device), self.max_concurrency)
+
+    async def _prompt(self, messages: Sequence[MessageLike], params: SamplingParams) -> tuple[LoadedModel, list[int]]:
+        """The loaded model and the prompt's tokens. Loading takes seconds, once; encoding a prompt takes a
+        millisecond, so it stays on the event loop and requests gathered at once reach the decoder at once."""
+        chat = normalize_messages(messages)
+        loaded = _LOADED.get((self.model, self.adapter, self.device)) or await asyncio.to_thread(self.load)
+        return loaded, loaded.encode(chat, params.chat_template_kwargs)

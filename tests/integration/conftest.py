@@ -107,3 +107,11 @@ def prefect_api(tmp_path_factory):
                "--port", str(port), "--no-ui"]
     with running(command, env, log, f"http://127.0.0.1:{port}/api/health"):
         yield f"http://127.0.0.1:{port}/api"
+
+
+@pytest.fixture(scope="session")
+def chat_run(tiny_models, tmp_path_factory):
+    """A run directory `mascot chat` can talk to: the tiny profile's config, an untrained Speaker and Director."""
+    from chat_runs import group_run
+
+    return group_run(tmp_path_factory.mktemp("chat"), tiny_models)

@@ -1,0 +1,217 @@
+"""`mascot chat RUN --web`: the page's API served by uvicorn on loopback, and the page itself in headless Chromium
+(Debian's chromium and chromedriver, driven by Selenium)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from chat_server import make_app
+from loopback_servers import serve
+
+from cli.web.chat_app import chat_app
+from mascot.chat.group import load_group
+from mascot.chat.transcript import load_transcript
+from mascot.config import ChatConfig
+
+pytestmark = pytest.mark.integration
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+
+
+def exchange(url: str, session: str, text: str, turns: int | None = None) -> list[dict]:
+    events = []
+    with httpx.stream("POST", f"{url}/api/sessions/{session}/messages", json={"text": text, "turns": turns},
+                      timeout=120) as response:
+        assert response.status_code == 200, response.read()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line.removeprefix("data: ")))
+    return events
+
+
+def open_session(url: str) -> str:
+    response = httpx.post(f"{url}/api/sessions")
+    assert response.status_code == 200, response.text
+    return response.json()["id"]
+
+
+@pytest.fixture(scope="module")
+def simulated():
+    """A loopback server slow enough (20 ms a word) that a reply visibly streams and an exchange takes a while."""
+    app = make_app(seconds_per_token=0.02)
+    with serve(app) as url:
+        yield app, url
+
+
+def simulated_chat(url: str):
+    """The run's chat section with both roles on the loopback server, as the paper profile serves them."""
+    roles = {role: {"kind": "openai", "model": role, "base_url": f"{url}/v1", "params": {"max_new_tokens": 40}}
+             for role in ("speaker", "director")}
+    return ChatConfig.model_validate({**roles, "max_sessions": 3})
+
+
+def test_the_page_streams_an_exchange_with_the_trained_group_and_gives_its_transcript(chat_run):
+    group = load_group(chat_run, progress=False)
+    with serve(chat_app(group, seed=2)) as url:
+        page = httpx.get(url)
+        assert page.status_code == 200 and "/static/chat.js" in page.text
+        info = httpx.get(f"{url}/api/group").json()
+        assert [p["name"] for p in info["personas"]] == ["The Anchor", "The Catalyst", "The Beacon"]
+        assert "not a clinician" in info["notice"] and info["replay"] is False
+        session = open_session(url)
+        events = exchange(url, session, "I lost my job today.")
+        assert events[0] == {**events[0], "type": "user", "text": "I lost my job today."} and events[-1]["type"] == "done"
+        replies = [e for e in events if e["type"] == "reply"]
+        assert len(replies) == 2
+        for reply in replies:
+            deltas = "".join(e["text"] for e in events if e["type"] == "delta" and e["position"] == reply["position"])
+            assert deltas == reply["text"] and reply["speaker"] == reply["directive"]["speaker"]
+        saved = httpx.get(f"{url}/api/sessions/{session}/transcript")
+        assert saved.headers["content-disposition"] == 'attachment; filename="transcript.json"'
+        assert [e["type"] for e in saved.json()["entries"]] == ["user", "reply", "reply"]
+        markdown = httpx.get(f"{url}/api/sessions/{session}/transcript", params={"format": "md"}).text
+        assert f"**{replies[0]['name']}:** {replies[0]['text']}" in markdown
+
+
+def test_every_request_is_bounded(chat_run, simulated):
+    _, loopback = simulated
+    group = load_group(chat_run, chat=simulated_chat(loopback), progress=False)
+    with serve(chat_app(group, max_sessions=2, session_idle_s=3600)) as url:
+        session = open_session(url)
+        huge = httpx.post(f"{url}/api/sessions/{session}/messages", content=b'{"text": "' + b"a" * 20000 + b'"}',
+                          headers={"content-type": "application/json"})
+        assert huge.status_code == 413 and "at most 2000 characters" in huge.json()["detail"]
+        long = httpx.post(f"{url}/api/sessions/{session}/messages", json={"text": "a" * 2001})
+        assert long.status_code == 422 and "2001 characters; at most 2000" in long.json()["detail"]
+        malformed = httpx.post(f"{url}/api/sessions/{session}/messages", json={"text": "hi", "turns": 99})
+        assert malformed.status_code == 422 and "turns" in malformed.json()["detail"]
+        assert httpx.post(f"{url}/api/sessions/nope/messages", json={"text": "hi"}).status_code == 404
+        open_session(url)
+        full = httpx.post(f"{url}/api/sessions")
+        assert full.status_code == 429 and "2 conversations are open already" in full.json()["detail"]
+        # one message at a time per conversation
+        answering = threading.Thread(target=exchange, args=(url, session, "first", 3))
+        answering.start()
+        time.sleep(0.3)
+        busy = httpx.post(f"{url}/api/sessions/{session}/messages", json={"text": "second"})
+        answering.join()
+        assert busy.status_code == 409 and "still answering" in busy.json()["detail"]
+        # closing a conversation frees its place
+        assert httpx.post(f"{url}/api/sessions/{session}/close").status_code == 200
+        open_session(url)
+
+
+def test_tabs_are_separate_conversations_and_a_slow_one_holds_up_no_other(chat_run, simulated):
+    app, loopback = simulated
+    group = load_group(chat_run, chat=simulated_chat(loopback), progress=False)
+    with serve(chat_app(group)) as url:
+        slow, quick = open_session(url), open_session(url)
+        finished: dict[str, float] = {}
+
+        def talk(session: str, text: str, turns: int) -> None:
+            exchange(url, session, text, turns)
+            finished[session] = time.monotonic()
+
+        long_exchange = threading.Thread(target=talk, args=(slow, "a long answer please", 8))
+        long_exchange.start()
+        time.sleep(0.5)  # the slow tab's group is answering
+        assert app.state.stats.in_flight == 1
+        talk(quick, "a short one", 1)
+        assert long_exchange.is_alive(), "the second tab waited for the first to finish"
+        long_exchange.join()
+        assert finished[quick] < finished[slow]
+        transcripts = {s: httpx.get(f"{url}/api/sessions/{s}/transcript").json() for s in (slow, quick)}
+        assert [e["text"] for e in transcripts[quick]["entries"] if e["type"] == "user"] == ["a short one"]
+        assert len([e for e in transcripts[slow]["entries"] if e["type"] == "reply"]) == 8
+
+
+def test_a_replay_serves_the_saved_conversation_read_only(chat_run, tmp_path):
+    from mascot.chat.session import ChatSession
+
+    group = load_group(chat_run, progress=False)
+    session = ChatSession(group, seed=0)
+    path, _ = session.transcript.save(tmp_path / "empty.json")
+    with serve(chat_app(replay=load_transcript(path))) as url:
+        assert httpx.get(f"{url}/api/group").json()["replay"] is True
+        assert httpx.get(f"{url}/api/replay").json()["seed"] == 0
+        assert httpx.post(f"{url}/api/sessions").status_code == 409
+
+
+@pytest.fixture
+def browser(tmp_path):
+    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+        if os.environ.get("CI"):
+            pytest.fail("Debian's chromium and chromium-driver are not installed; .ci/run installs them")
+        pytest.skip("needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
+    os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager must not look for a driver online
+    from selenium import webdriver
+
+    downloads = tmp_path / "downloads"
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-quic", "--window-size=1280,900", f"--user-data-dir={tmp_path / 'profile'}"):
+        options.add_argument(flag)
+    options.add_experimental_option("prefs", {"download.default_directory": str(downloads),
+                                              "download.prompt_for_download": False})
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=str(CHROMEDRIVER)))
+    driver.downloads = downloads
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait_for(condition, timeout_s: float = 60, what: str = "the page"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if (found := condition()):
+            return found
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_the_page_in_a_browser(chat_run, simulated, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    _, loopback = simulated
+    group = load_group(chat_run, chat=simulated_chat(loopback), progress=False)
+    with serve(chat_app(group, seed=1)) as url:
+        browser.get(url)
+        roster = wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#roster li"), what="the roster")
+        assert [item.text.split(",")[0] for item in roster] == ["The Anchor", "The Catalyst", "The Beacon"]
+        assert "not a clinician" in browser.find_element(By.ID, "notice").text
+        browser.find_element(By.ID, "input").send_keys("I have been feeling lonely since I moved.")
+        browser.find_element(By.ID, "send").click()
+
+        # a reply is seen growing while it streams, and ends as the text the server finished with
+        partial = wait_for(lambda: [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".msg.reply.streaming .text")
+                                    if len(e.text.split()) >= 2], what="a streaming reply")[0]
+        wait_for(lambda: not browser.find_element(By.ID, "send").get_attribute("disabled"), what="the answer")
+        replies = browser.find_elements(By.CSS_SELECTOR, ".msg.reply")
+        assert len(replies) == 2 and not browser.find_elements(By.CSS_SELECTOR, ".msg.streaming")
+        final_texts = [r.find_element(By.CLASS_NAME, "text").text for r in replies]
+        assert any(text.startswith(partial) and len(text) > len(partial) for text in final_texts)
+        assert browser.find_element(By.CSS_SELECTOR, ".msg.user").text == "I have been feeling lonely since I moved."
+
+        replies[1].click()  # /why
+        why = browser.find_element(By.ID, "why").text
+        assert "instruction" in why and "fallback" in why and "attempts" in why
+        browser.save_screenshot(str(tmp_path / "chat.png"))
+        if os.environ.get("MASCOT_CHAT_SCREENSHOT"):  # for looking at the page by eye
+            shutil.copy(tmp_path / "chat.png", os.environ["MASCOT_CHAT_SCREENSHOT"])
+
+        browser.find_element(By.ID, "download-json").click()
+        saved = wait_for(lambda: [p for p in browser.downloads.glob("transcript*.json")], what="the download")[0]
+        transcript = load_transcript(saved)
+        entries = [e for e in transcript.entries if e.type == "reply"]
+        assert [e.text for e in entries] == final_texts
+        assert entries[1].directive.instruction in why
