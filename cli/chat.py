@@ -11,7 +11,6 @@ reply growing as it streams, the guard's answers in a red panel.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 from pathlib import Path
 from typing import Annotated
 
@@ -22,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cli.common import console, errors, fail
+from cli.web import AllowRemoteOption, HostOption, PortOption
 
 COMMANDS = {
     "/who": "the companions taking part",
@@ -46,11 +46,9 @@ def chat(
     replay: Annotated[Path | None, typer.Option(help="Render a saved transcript (PATH.json from /save) instead "
                                                 "of talking.")] = None,
     web: Annotated[bool, typer.Option("--web", help="Serve a local web page instead of the terminal.")] = False,
-    host: Annotated[str, typer.Option(help="--web: the address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=1, max=65535, help="--web: the port to listen on.")] = 8765,
-    allow_remote: Annotated[bool, typer.Option("--allow-remote", help="--web: allow --host to be other than loopback. The page has "
-                                               "no authentication: put it behind a proxy that has (docs/chat.md).")
-                            ] = False,
+    host: HostOption = "127.0.0.1",
+    port: PortOption = 8765,
+    allow_remote: AllowRemoteOption = False,
 ):
     """Talk to the companion group trained in RUN_DIR: the trained Director picks who speaks, and each persona
     replies in its own voice, streamed. Messages that suggest a crisis are answered with crisis resources
@@ -60,6 +58,8 @@ def chat(
     if (run_dir is None) == (replay is None):
         fail("give a run directory to talk to its group, or --replay TRANSCRIPT.json to render a saved conversation")
     if web:
+        from cli.web import check_host, serve
+
         check_host(host, allow_remote)
     if replay is not None:
         try:
@@ -102,30 +102,6 @@ def load_chat(run_dir: Path, personas: str | None, turns: int | None, config: Pa
             return chat_config, load_group(run_dir, personas=ids, turns=turns, chat=chat_config)
     except (FileNotFoundError, ValueError, ArtifactChanged, ConfigError) as exc:
         fail(exc)
-
-
-def check_host(host: str, allow_remote: bool) -> None:
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if loopback:
-        return
-    if not allow_remote:
-        fail(f"--host {host} would let other machines reach the page, which has no authentication; pass "
-             "--allow-remote as well if that is what you want (docs/chat.md: behind a reverse proxy that "
-             "authenticates)")
-    errors.print(Text(f"warning: serving on {host} with no authentication: anyone who can reach this port can talk "
-                      "to the group and read this server's conversations. Put it behind a reverse proxy that "
-                      "authenticates (docs/chat.md).", style="yellow"))
-
-
-def serve(app, host: str, port: int, what: str) -> None:
-    import uvicorn
-
-    shown = f"[{host}]" if ":" in host else host
-    console.print(f"serving {what} at http://{shown}:{port} (Ctrl-C stops it)", highlight=False, soft_wrap=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
 # The terminal.

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from cli.common import console, fail
+from cli.web import AllowRemoteOption, HostOption, PortOption
 
 eval_app = typer.Typer(help="Human preference: blind sheets for raters, and their ratings.", no_args_is_help=True)
 
@@ -100,3 +101,38 @@ def import_human(
         console.print(f"{blank} blank row(s) (items nobody rated on a filled-in sheet.csv) were left out",
                       highlight=False)
     console.print(f"results: {run_dir / 'eval' / 'human_results.json'}", highlight=False, soft_wrap=True)
+
+
+@eval_app.command("rate")
+def rate(
+    run_dir: RunArgument,
+    web: Annotated[bool, typer.Option("--web", help="Serve the rating page (the only way to rate here; the offline "
+                                                    "alternative is eval/human/sheet.html).")] = False,
+    key: KeyOption = None,
+    out: Annotated[Path | None, typer.Option(help="Folder of the raters' files, ratings-<rater>.csv (default: "
+                                                  "RUN/eval/human_ratings).")] = None,
+    host: HostOption = "127.0.0.1",
+    port: PortOption = 8766,
+    allow_remote: AllowRemoteOption = False,
+):
+    """Rate the blind comparisons of `export-human` in a local web page, one at a time, with keyboard shortcuts.
+
+    Each choice is saved at once to RUN/eval/human_ratings/ratings-<rater>.csv, the file `import-human` reads; a
+    rater who comes back finds their choices. The page shows what the sheets show, never the key.
+    """
+    from cli.web import check_host, serve
+    from cli.web.rating_app import rating_app
+    from mascot.artifacts import ArtifactChanged
+    from mascot.evaluation.human import HumanRatingsError, read_key, sheet_items
+
+    if not web:
+        fail(f"rating runs in the browser: add --web, or send raters {run_dir / 'eval' / 'human' / 'sheet.html'} "
+             "(it works offline)")
+    check_host(host, allow_remote)
+    key = key or default_key(run_dir)
+    try:
+        items = sheet_items(run_dir, key)
+        app = rating_app(items, read_key(key), out or run_dir / "eval" / "human_ratings")
+    except (HumanRatingsError, FileNotFoundError, ArtifactChanged) as exc:
+        fail(exc)
+    serve(app, host, port, f"{len(items)} blind comparisons of {run_dir}")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 # The pages whose commands a user runs as written.
-DOCUMENTS = ("README.md", "deployments/README.md", "docs/cli.md")
+DOCUMENTS = ("README.md", "deployments/README.md", "docs/cli.md", "docs/chat.md")
 SHELL_FENCE = re.compile(r"^```(?:bash|sh|shell|console)\s*$")
 MARK = re.compile(r"^<!-- docs-test: (?P<mode>run|background|skip)(?:, (?P<reason>.+?))? -->$")
 

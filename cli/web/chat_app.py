@@ -23,18 +23,17 @@ import secrets
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from cli.web import STATIC
 from mascot.chat.session import ChatLimitError, ChatSession, CompanionGroup
 from mascot.chat.transcript import Transcript, persona_views
 from mascot.llm import BackendError
 
-STATIC = Path(__file__).with_name("static")
 MAX_TURNS = 8
 
 
@@ -58,6 +57,7 @@ class Sessions:
     def __init__(self, group: CompanionGroup, limit: int, idle_s: float, seed: int | None):
         self.group, self.limit, self.idle_s, self.seed = group, limit, idle_s, seed
         self.open: dict[str, OpenSession] = {}
+        self.started = 0
 
     def start(self) -> str:
         now = time.monotonic()
@@ -68,7 +68,9 @@ class Sessions:
                                      "another tab, or wait until one has been idle for "
                                      f"{self.idle_s:g} s")
         key = secrets.token_urlsafe(16)
-        self.open[key] = OpenSession(ChatSession(self.group, self.seed))
+        seed = None if self.seed is None else self.seed + self.started  # each tab a conversation of its own
+        self.open[key] = OpenSession(ChatSession(self.group, seed))
+        self.started += 1
         return key
 
     def get(self, key: str) -> OpenSession:

@@ -7,7 +7,9 @@ them directly:
   (`safety.yaml`, documented in docs/chat.md) decides, and an optional classifier named in config
   can flag what the rules miss. A flagged message is answered by `crisis_reply`, never by a persona.
 - `reply_claim`: does a companion's reply claim to be human or a professional? Such a reply is never
-  shown; the prompt alone cannot promise that, so every reply is checked.
+  shown; the prompt alone cannot promise that, so every reply is checked. While a reply streams,
+  `unclaimed_length` says how much of it can be shown: all but the end from which a claim may still be
+  forming (a partial match of a claim pattern, which the `regex` package finds).
 - `clean_message`: what a person types is conversation, nothing else. Chat-template control tokens
   (`<|im_start|>system`) are removed, since a tokenizer would read them as a real system turn, and
   control characters with them.
@@ -17,13 +19,13 @@ them directly:
 
 from __future__ import annotations
 
-import re
 import unicodedata
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
 
+import regex
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from mascot.config import CrisisClassifierConfig
@@ -31,13 +33,13 @@ from mascot.yamlio import load_validated
 
 DEFAULT_RULES = Path(__file__).with_name("safety.yaml")
 # `<|im_start|>`, `<|endoftext|>`, `<|eot_id|>`: the control tokens of the chat templates in use.
-CONTROL_TOKEN = re.compile(r"<\|[^|<>\s]{1,40}\|>")
+CONTROL_TOKEN = regex.compile(r"<\|[^|<>\s]{1,40}\|>")
 
 
 def _pattern(value: str) -> str:
     try:
-        re.compile(value)
-    except re.error as exc:
+        regex.compile(value)
+    except regex.error as exc:
         raise ValueError(f"not a regular expression: {exc}") from None
     return value
 
@@ -68,18 +70,27 @@ def load_rules(path: Path = DEFAULT_RULES) -> SafetyRules:
 
 
 def normalized(text: str) -> str:
-    """What the patterns read: NFKC, straight apostrophes, lower case, whitespace collapsed."""
-    text = unicodedata.normalize("NFKC", text).replace("\u2019", "'").replace("\u2018", "'")
-    return " ".join(text.lower().split())
+    """What the patterns read: each character in NFKC and lower case, apostrophes straight, every space a
+    plain one. One character for one, so a match's place in it is its place in the text."""
+    return "".join(_fold(c) for c in text)
+
+
+def _fold(c: str) -> str:
+    if c.isspace():
+        return " "
+    if c in "\u2018\u2019":
+        return "'"
+    folded = unicodedata.normalize("NFKC", c).lower()
+    return folded if len(folded) == 1 else c
 
 
 def _matches(patterns: dict[str, list[str]], text: str, exceptions: list[str] = ()) -> list[str]:
     """The rules that match outside the exceptions' spans, each as 'category #n' (its place in the file's list)."""
-    spared = [match.span() for pattern in exceptions for match in re.finditer(pattern, text)]
+    spared = [match.span() for pattern in exceptions for match in regex.finditer(pattern, text)]
     return [f"{category} #{number}" for category, listed in patterns.items()
             for number, pattern in enumerate(listed, 1)
             if any(not any(start <= m.start() and m.end() <= end for start, end in spared)
-                   for m in re.finditer(pattern, text))]
+                   for m in regex.finditer(pattern, text))]
 
 
 @dataclass(frozen=True)
@@ -127,6 +138,14 @@ def screen_message(text: str, rules: SafetyRules, classifier: CrisisClassifier |
 def reply_claim(text: str, rules: SafetyRules) -> list[str]:
     """The claims a companion's reply makes to be human or a professional (none for a reply that may be shown)."""
     return _matches(rules.reply_claims, normalized(text))
+
+
+def unclaimed_length(text: str, rules: SafetyRules) -> int:
+    """How much of a reply being generated can be shown: up to where a claim may still be forming, the earliest
+    start of a partial match (one that reaches the end of the text so far) of any claim pattern."""
+    folded = normalized(text)
+    return min((match.start() for patterns in rules.reply_claims.values() for pattern in patterns
+                for match in regex.finditer(pattern, folded, partial=True) if match.partial), default=len(text))
 
 
 def clean_message(text: str) -> str:

@@ -7,9 +7,10 @@ persona, then or later: it is kept in the transcript, not in the conversation th
 (retried, then the flagged fallback), then the named persona's reply, conditioned on its persona and the
 directive, streamed as it is generated.
 
-A reply that claims to be a person or a professional is never shown: the stream lags `CLAIM_WINDOW`
-characters behind the text, every delta is checked, and a draft that makes a claim is discarded and the
-turn sampled again (another seed), up to `reply_attempts`; then the turn is withheld with a note.
+A reply that claims to be a person or a professional is never shown: every delta is checked, the stream
+shows nothing from where a claim may still be forming (`unclaimed_length`), and a draft that makes a claim
+is discarded and the turn sampled again (another seed), up to `reply_attempts`; then the turn is withheld
+with a note.
 
 What the person types is only ever the text of a user turn: the roster, the system prompts and the
 Director's schema are fixed by the group, the Director reads each message on one line, and control tokens
@@ -32,6 +33,7 @@ from mascot.chat.safety import (
     one_line,
     reply_claim,
     screen_message,
+    unclaimed_length,
 )
 from mascot.chat.transcript import (
     CrisisEntry,
@@ -51,10 +53,6 @@ from mascot.llm import LLMBackend
 from mascot.llm.streaming import stream_reply
 from mascot.queries import request_seed
 from mascot.roster import Roster
-
-# The longest claim the rules look for is under 70 characters; the stream shows nothing a claim could still
-# be completing, and the reply's last characters arrive with its end.
-CLAIM_WINDOW = 72
 
 
 class ChatLimitError(ValueError):
@@ -156,10 +154,10 @@ class ChatSession:
                     text += delta
                     if claims := reply_claim(text, group.rules):
                         break  # closing the stream stops its generation
-                    if len(text) - CLAIM_WINDOW > shown:
+                    if (visible := unclaimed_length(text, group.rules)) > shown:
                         yield {"type": "delta", "position": position, "speaker": persona.id,
-                               "text": text[shown:len(text) - CLAIM_WINDOW]}
-                        shown = len(text) - CLAIM_WINDOW
+                               "text": text[shown:visible]}
+                        shown = visible
             if not claims:
                 break
             yield {"type": "discard", "position": position, "speaker": persona.id, "claims": claims}

@@ -93,6 +93,9 @@ def file_problems(document: YamlDocument, config: RunConfig, rubric_problem: Rub
         problems += _rubric_problems(document, config, "stage2", config.stage2, rubric_problem)
     if config.eval is not None:
         problems += _eval_problems(document, config, rubric_problem)
+    rules = config.chat.safety.rules  # its content is checked where the chat loads it, at its own lines
+    if rules is not None and not rules.is_file():
+        problems.append(document.problem(("chat", "safety", "rules"), f"no such file: {rules}"))
     for loc, corpus in [(("data", "corpus"), config.data.corpus),
                         *((("data", "held_out", i), c) for i, c in enumerate(config.data.held_out))]:
         problem = _corpus_problem(document, (*loc, "path"), corpus)

@@ -181,12 +181,9 @@ def export_sheets(run_dir: Path, out: Path, key_path: Path, *, seed: int = 0, pe
         item_id = hashlib.sha256(f"{conversations.sha256}\x1f{seed}\x1f{baseline}\x1f{context_id}\x1f{eval_seed}"
                                  f"\x1f{side}".encode()).hexdigest()[:12]
         systems = (MASCOT, baseline) if side == "A" else (baseline, MASCOT)
-        a, b = (lines(played[(system, context_id, eval_seed)], roster if SYSTEMS[system].group else assistant)
-                for system in systems)
-        opening = opening_turns(contexts[context_id])
-        sheet.append(SheetItem(item_id, opening_query(opening), lines(opening, roster), a, b))
         key_items[item_id] = KeyItem(system_a=systems[0], system_b=systems[1], context_id=context_id,
                                      seed=eval_seed, eval_set=eval_sets[context_id])
+        sheet.append(sheet_item(item_id, key_items[item_id], played, contexts, roster, assistant))
     if len(key_items) != len(sheet):
         raise RuntimeError("two comparisons were given the same item id; export again with another --seed")
     key = HumanKey(run=run.root.name, seed=seed, conversations_sha256=conversations.sha256, items=key_items)
@@ -205,6 +202,37 @@ def export_sheets(run_dir: Path, out: Path, key_path: Path, *, seed: int = 0, pe
     write_text(render_sheet_html(sheet, hashlib.sha256("".join(key_items).encode()).hexdigest()[:12]), sheet_html)
     counts = Counter(item.baseline for item in key_items.values())
     return Export(sheet_csv, sheet_html, key_path, len(sheet), dict(sorted(counts.items())))
+
+
+def sheet_item(item_id: str, item: KeyItem, played: dict, contexts: dict, roster: Roster,
+               assistant: Roster) -> SheetItem:
+    """One comparison as raters see it: the opening, then each side's conversation, speakers by persona name."""
+    a, b = (lines(played[(system, item.context_id, item.seed)], roster if SYSTEMS[system].group else assistant)
+            for system in (item.system_a, item.system_b))
+    opening = opening_turns(contexts[item.context_id])
+    return SheetItem(item_id, opening_query(opening), lines(opening, roster), a, b)
+
+
+def sheet_items(run_dir: Path, key_path: Path) -> list[SheetItem]:
+    """The items of the export that wrote `key_path`, in the sheets' order, rebuilt from the run (the rating page
+    serves these; they name no system)."""
+    run, key = RunDir(run_dir), read_key(key_path)
+    conversations = evaluation_artifact(run, "eval/conversations")
+    if conversations.sha256 != key.conversations_sha256:
+        raise HumanRatingsError(f"{key_path} belongs to sheets of other conversations than {conversations.path} holds "
+                                "now: export the sheets again (`mascot eval export-human`)")
+    roster, assistant = run_rosters(run)
+    played = read_conversations(conversations)
+    contexts = read_contexts(evaluation_artifact(run, "eval/contexts"))
+    return [sheet_item(item_id, item, played, contexts, roster, assistant) for item_id, item in key.items.items()]
+
+
+def write_rater_file(path: Path, rater: str, ratings: dict[str, tuple[str, str]]) -> None:
+    """One rater's ratings (item id -> choice, comment) as the CSV `import_ratings` reads, replaced atomically."""
+    with atomic_path(path) as temporary, temporary.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(RATING_COLUMNS)
+        writer.writerows([item_id, rater, choice, comment] for item_id, (choice, comment) in ratings.items())
 
 
 def read_key(path: Path) -> HumanKey:

@@ -8,10 +8,10 @@ import os
 import shutil
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
+from browser import chromium, wait_for
 from chat_server import make_app
 from loopback_servers import serve
 
@@ -21,7 +21,6 @@ from mascot.chat.transcript import load_transcript
 from mascot.config import ChatConfig
 
 pytestmark = pytest.mark.integration
-CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 
 
 def exchange(url: str, session: str, text: str, turns: int | None = None) -> list[dict]:
@@ -146,37 +145,8 @@ def test_a_replay_serves_the_saved_conversation_read_only(chat_run, tmp_path):
 
 @pytest.fixture
 def browser(tmp_path):
-    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
-        if os.environ.get("CI"):
-            pytest.fail("Debian's chromium and chromium-driver are not installed; .ci/run installs them")
-        pytest.skip("needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
-    os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager must not look for a driver online
-    from selenium import webdriver
-
-    downloads = tmp_path / "downloads"
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-quic", "--window-size=1280,900", f"--user-data-dir={tmp_path / 'profile'}"):
-        options.add_argument(flag)
-    options.add_experimental_option("prefs", {"download.default_directory": str(downloads),
-                                              "download.prompt_for_download": False})
-    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=str(CHROMEDRIVER)))
-    driver.downloads = downloads
-    try:
+    with chromium(tmp_path) as driver:
         yield driver
-    finally:
-        driver.quit()
-
-
-def wait_for(condition, timeout_s: float = 60, what: str = "the page"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if (found := condition()):
-            return found
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_the_page_in_a_browser(chat_run, simulated, browser, tmp_path):

@@ -14,6 +14,7 @@ from mascot.chat.safety import (
     one_line,
     reply_claim,
     screen_message,
+    unclaimed_length,
 )
 from mascot.config import CrisisClassifierConfig
 from mascot.yamlio import ConfigError
@@ -177,3 +178,23 @@ def tiny_classifier(tiny_models, tmp_path_factory):
     AutoModelForSequenceClassification.from_config(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("You are doing well. I am a", "You are doing well. "),         # "I am a ..." may yet become a claim
+    ("That is hard. As your", "That is hard. "),
+    ("I am a friend here.", "I am a friend here."),                  # it did not become one
+    ("Take it slowly, one day at a time", "Take it slowly, one day at a time"),
+    ("I hear you. I'm not an", "I hear you. "),
+    ("It helps to talk. I", "It helps to talk. "),
+])
+def test_a_streaming_reply_holds_back_only_where_a_claim_may_be_forming(text, shown):
+    assert text[:unclaimed_length(text, RULES)] == shown
+    assert reply_claim(text, RULES) == []
+
+
+def test_what_a_stream_showed_of_a_claim_never_holds_its_words():
+    claim = "Thanks for sharing. I'm a licensed therapist, and this is normal."
+    prefixes = [claim[:end] for end in range(1, len(claim) + 1)]
+    shown = max(p[:unclaimed_length(p, RULES)] for p in prefixes if not reply_claim(p, RULES))
+    assert shown == "Thanks for sharing. "

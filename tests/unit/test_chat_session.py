@@ -21,7 +21,7 @@ from loopback_servers import serve
 from test_cli import REPO
 
 from mascot.chat.safety import load_rules
-from mascot.chat.session import CLAIM_WINDOW, ChatLimitError, ChatSession, CompanionGroup
+from mascot.chat.session import ChatLimitError, ChatSession, CompanionGroup
 from mascot.config import BackendConfig, SamplingParams
 from mascot.dialogue.turns import Directive
 from mascot.llm import make_backend
@@ -87,7 +87,7 @@ def test_an_exchange_streams_each_reply_and_records_who_spoke_and_why(simulated)
     for reply in replies:
         deltas = [e["text"] for e in events if e["type"] == "delta" and e["position"] == reply["position"]]
         assert "".join(deltas) == reply["text"]
-        assert len(deltas) > 1 and len(reply["text"]) > CLAIM_WINDOW  # it streamed, not one block at the end
+        assert len(deltas) > 10  # it streamed word by word, not as one block at the end
         assert reply["speaker"] == reply["directive"]["speaker"] in IDS
         assert reply["name"] == ROSTER.get(reply["speaker"]).name and not reply["directive"]["fallback"]
     assert [type(e).__name__ for e in session.transcript.entries] == ["UserEntry", "ReplyEntry", "ReplyEntry"]

@@ -22,7 +22,8 @@ runner = CliRunner()
 
 @pytest.mark.parametrize("command", [[], ["config"], ["data"], ["models"], ["sample"], ["run"], ["config", "validate"],
                                      ["data", "preview"], ["models", "build"], ["run", "stage1"], ["resume"],
-                                     ["server"], ["server", "start"], ["server", "stop"], ["server", "status"]])
+                                     ["server"], ["server", "start"], ["server", "stop"], ["server", "status"], ["chat"],
+                                     ["eval", "rate"]])
 def test_every_command_explains_itself(command):
     result = runner.invoke(app, [*command, "--help"])
     assert result.exit_code == 0, result.output

@@ -207,6 +207,14 @@ BROKEN_CONFIGS = [
      ["eval.rubric", "judge 'heuristic' (eval.judges[0]) cannot score rubric", "group_emotional_support.yaml"]),
     ("eval-llm-judge-without-backend", "tiny.yaml", ("eval.pairwise", {"kind": "llm"}),
      ["eval.pairwise.backend", "needs 'backend'"]),
+    # The chat's section
+    ("chat-no-turns", "tiny.yaml", ("chat.turns", 0), ["chat.turns", "greater than or equal to 1", "got 0"]),
+    ("chat-rules-missing", "tiny.yaml", ("chat.safety.rules", "rules/nope.yaml"),
+     ["chat.safety.rules", "no such file", "nope.yaml"]),
+    ("chat-classifier-threshold", "tiny.yaml", ("chat.safety.classifier", {"model": "x/y", "threshold": 2}),
+     ["chat.safety.classifier.threshold", "less than or equal to 1"]),
+    ("chat-speaker-typo", "tiny.yaml", ("chat.speaker", {"kind": "openai", "modle": "speaker"}),
+     ["chat.speaker.modle", "did you mean 'model'"]),
 ]
 
 BROKEN_TEXT = [
