@@ -13,8 +13,8 @@ is discarded and the turn sampled again (another seed), up to `reply_attempts`; 
 with a note.
 
 What the person types is only ever the text of a user turn: the roster, the system prompts and the
-Director's schema are fixed by the group, the Director reads each message on one line, and control tokens
-are removed. Requests are seeded by the session's seed, the conversation and the turn's position, so a
+Director's schema are fixed by the group, the Director reads each turn on one line (as its prompt says: each
+line, who spoke), and control tokens are removed. Requests are seeded by the session's seed, the conversation and the turn's position, so a
 conversation with a fixed seed (`--seed`) plays the same way again. They do not go through the request
 cache: a person's conversation is theirs, and is written only where they save it.
 """
@@ -138,14 +138,14 @@ class ChatSession:
 
     async def _companion_turn(self) -> AsyncIterator[dict]:
         group, position = self.group, len(self.turns)
-        director_view = [replace(t, text=one_line(t.text)) if t.role != "companion" else t for t in self.turns]
-        reply = await direct(group.director, group.roster, director_view, self._seed(position, "director"),
+        one_turn_a_line = [replace(turn, text=one_line(turn.text)) for turn in self.turns]  # "each line says who spoke"
+        reply = await direct(group.director, group.roster, one_turn_a_line, self._seed(position, "director"),
                              max_attempts=group.max_directive_attempts, params=group.director_params)
         persona = group.roster.get(reply.directive.next_speaker)
         directive = directive_view(reply)
         yield {"type": "directive", "position": position, **directive.model_dump()}
         messages = companion_messages(persona, group.roster, self.context, self.turns, reply.directive)
-        seed = self._seed(position, "speaker")
+        seed, discarded = self._seed(position, "speaker"), 0
         for attempt in range(group.reply_attempts):
             text, shown, claims = "", 0, []
             async with contextlib.aclosing(stream_reply(group.speaker, messages, group.speaker_params,
@@ -160,6 +160,7 @@ class ChatSession:
                         shown = visible
             if not claims:
                 break
+            discarded += 1
             yield {"type": "discard", "position": position, "speaker": persona.id, "claims": claims}
         withheld = bool(claims)
         if withheld:  # every draft made a claim: the models never read this turn
@@ -170,7 +171,7 @@ class ChatSession:
         if len(text) > shown:
             yield {"type": "delta", "position": position, "speaker": persona.id, "text": text[shown:]}
         entry = ReplyEntry(speaker=persona.id, name=persona.name, text=text, directive=directive,
-                           discarded=attempt + withheld, withheld=withheld)
+                           discarded=discarded, withheld=withheld)
         yield {**self._record(entry), "position": position}
 
     def _record(self, entry) -> dict:
