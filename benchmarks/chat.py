@@ -8,6 +8,7 @@ the tiny profile's Speaker and Director, in this process) with uvicorn on a loop
 page does: each tab opens a conversation and sends `--messages` messages one after another, reading each
 answer's server-sent events as they arrive. For every exchange it records, from just before the POST:
 
+- first directive: when the Director's first directive arrived (the first companion's turn starts);
 - first token: when the first `delta` event (a piece of the first companion's reply) arrived, or its `reply`
   event if that reply is empty;
 - group turn: when the last `reply` event arrived, that is the whole answer, `--turns` companion turns,
@@ -52,9 +53,9 @@ def serve(app) -> tuple[str, object]:
     return f"http://127.0.0.1:{port}", server
 
 
-async def exchange(client, url: str, session: str, text: str, turns: int) -> tuple[float, float]:
-    """Seconds to the first delta and to the last reply of one message's answer."""
-    began, first, last = time.perf_counter(), None, None
+async def exchange(client, url: str, session: str, text: str, turns: int) -> tuple[float, float, float]:
+    """Seconds to the first directive, to the first delta and to the last reply of one message's answer."""
+    began, directed, first, last = time.perf_counter(), None, None, None
     async with client.stream("POST", f"{url}/api/sessions/{session}/messages",
                              json={"text": text, "turns": turns}) as response:
         response.raise_for_status()
@@ -62,22 +63,24 @@ async def exchange(client, url: str, session: str, text: str, turns: int) -> tup
             if not line.startswith("data: "):
                 continue
             event = json.loads(line.removeprefix("data: "))
+            if event["type"] == "directive" and directed is None:
+                directed = time.perf_counter() - began
             if event["type"] in ("delta", "reply") and first is None:  # a reply may be empty: no delta
                 first = time.perf_counter() - began
             if event["type"] == "reply":
                 last = time.perf_counter() - began
             elif event["type"] == "error":
                 raise RuntimeError(event["message"])
-    return first, last
+    return directed, first, last
 
 
-async def tabs(url: str, count: int, messages: int, turns: int) -> list[tuple[float, float]]:
+async def tabs(url: str, count: int, messages: int, turns: int) -> list[tuple[float, float, float]]:
     import httpx
 
     async with httpx.AsyncClient(timeout=600) as client:
         sessions = [(await client.post(f"{url}/api/sessions")).json()["id"] for _ in range(count)]
 
-        async def talk(index: int, session: str) -> list[tuple[float, float]]:
+        async def talk(index: int, session: str) -> list[tuple[float, float, float]]:
             return [await exchange(client, url, session, MESSAGES[(index + m) % len(MESSAGES)], turns)
                     for m in range(messages)]
 
@@ -124,12 +127,12 @@ def main() -> None:
     print(f"group trained in {args.run_dir}: {', '.join(p.name for p in group.roster.active)}; "
           f"{args.turns} companion turns per message, {args.messages} messages per tab; "
           f"Speaker {role(group.speaker)}, Director {role(group.director)}")
-    print(f"{'tabs':>4}  {'exchanges':>9}  {'first token, median':>28}  {'group turn, median':>28}  "
-          f"{'turn x 1 tab':>12}  {'exchanges/s':>11}")
-    base = statistics.median(last for _, last in results[args.sessions[0]][0])
+    print(f"{'tabs':>4}  {'exchanges':>9}  {'first directive, median':>28}  {'first token, median':>28}  "
+          f"{'group turn, median':>28}  {'turn x 1 tab':>12}  {'exchanges/s':>11}")
+    base = statistics.median(last for *_, last in results[args.sessions[0]][0])
     for count, (timings, wall) in results.items():
-        firsts, lasts = [f for f, _ in timings], [last for _, last in timings]
-        print(f"{count:>4}  {len(timings):>9}  {summary(firsts):>28}  {summary(lasts):>28}  "
+        directed, firsts, lasts = (list(column) for column in zip(*timings, strict=True))
+        print(f"{count:>4}  {len(timings):>9}  {summary(directed):>28}  {summary(firsts):>28}  {summary(lasts):>28}  "
               f"{statistics.median(lasts) / base:>11.2f}x  {len(timings) / wall:>11.2f}")
     print(f"({time.perf_counter() - started:.0f} s in all)")
 
