@@ -11,11 +11,11 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import polars as pl
+import prefect_states
 import pytest
 import yaml
 from chat_server import make_app
@@ -25,7 +25,6 @@ from stage1_runs import MASCOT, REPO, write_config
 pytestmark = pytest.mark.integration
 
 LIMIT = 3  # generation.max_concurrency
-UNFINISHED = {"RUNNING", "SCHEDULED"}
 TOKENS, SECONDS_PER_TOKEN = 8, 0.02  # 0.16 s a request
 
 
@@ -68,32 +67,12 @@ def mascot(config: Path, run_name: str, api: str, *options: str, python: tuple[s
 
 
 def task_runs(api: str, done: subprocess.CompletedProcess) -> list[dict]:
-    """The flow run's task runs, as Prefect's API has them once their states have settled.
-
-    Task-run states reach the server as events, processed in the background: wait until every run
-    has a state, none is running or awaiting a retry, and two reads a second apart agree. (A task whose input failed stays
-    Pending for good.)
-    """
-    flow_run = re.search(r"/runs/flow-run/([0-9a-f-]{36})", done.stdout + done.stderr)[1]
-    deadline, last = time.monotonic() + 60, None
-    while True:
-        answer = httpx.post(f"{api}/task_runs/filter", json={"flow_runs": {"id": {"any_": [flow_run]}}, "limit": 200})
-        runs = answer.raise_for_status().json()
-        # A task run the server has created but whose first state it has not processed yet has none.
-        seen = sorted((run["id"], (run["state"] or {}).get("name")) for run in runs)
-        settled = seen == last and all(run["state"] and run["state"]["type"] not in UNFINISHED for run in runs)
-        if settled or time.monotonic() > deadline:
-            return runs
-        last = seen
-        time.sleep(1)
+    return prefect_states.task_runs(api, prefect_states.flow_run_id(done.stdout + done.stderr))
 
 
 def states(api: str, done: subprocess.CompletedProcess) -> dict[str, set[str]]:
     """Each task's state names in the run: {"sample_candidates": {"Cached"}, ...}."""
-    found: dict[str, set[str]] = {}
-    for run in task_runs(api, done):
-        found.setdefault(run["name"].rsplit("-", 1)[0], set()).add(run["state"]["name"])
-    return found
+    return prefect_states.task_states(api, prefect_states.flow_run_id(done.stdout + done.stderr))
 
 
 def test_judging_overlaps_sampling_under_one_limit_and_no_torch(tmp_path, prefect_api, chat):
@@ -122,12 +101,15 @@ def test_edit_revert_refresh_on_one_run_name(tmp_path, prefect_api, chat):
     config = http_config(tmp_path, "edits", chat, corpus=corpus)
     run = tmp_path / "runs" / "edits" / "stage1"
 
-    def rerun(*options: str) -> tuple[int, pl.DataFrame]:
+    def rerun(*options: str) -> tuple[int, pl.DataFrame, dict[str, set[str]]]:
+        """Requests the server received, the pairs, and each step's states as Prefect's API has them."""
         before = stats(chat)["requests"]
-        mascot(config, "edits", prefect_api, *options)
-        return stats(chat)["requests"] - before, pl.read_parquet(run / "pairs.parquet")
+        done = mascot(config, "edits", prefect_api, *options)
+        return stats(chat)["requests"] - before, pl.read_parquet(run / "pairs.parquet"), states(prefect_api, done)
 
-    _, first = rerun()
+    _, first, ran = rerun()
+    steps = set(ran)
+    assert {"sample_candidates", "judge_candidates", "build_pairs"} <= steps and ran["build_pairs"] == {"Completed"}
     candidates = pl.read_parquet(run / "candidates.parquet")
     contexts = pl.read_parquet(run / "contexts.parquet").filter(~pl.col("held_out"))
     # Edit one turn of one sampled context in place, as a user fixing a typo would.
@@ -135,24 +117,29 @@ def test_edit_revert_refresh_on_one_run_name(tmp_path, prefect_api, chat):
     original = (corpus / "train.csv").read_text()
     assert original.count(turn) == 1
     (corpus / "train.csv").write_text(original.replace(turn, turn + " Really"))
-    requests, _ = rerun()
+    requests, _, ran = rerun()
     assert requests == 3, "only the edited context's three queries (one per persona) go to the server"
+    assert ran["build_pairs"] == {"Completed"}
 
     (corpus / "train.csv").write_text(original)  # revert: every step is a cache hit on the first run's keys
-    requests, reverted = rerun()
+    requests, reverted, ran = rerun()
     assert requests == 0 and reverted.equals(first)
     assert pl.read_parquet(run / "candidates.parquet").equals(candidates)
+    # write_contexts is never cached (it must see an edited corpus); every step after it is a cache hit
+    assert set(ran) == steps and ran.pop("write_contexts") == {"Completed"}
+    assert all(found == {"Cached"} for found in ran.values()), ran
 
-    requests, refreshed = rerun("--refresh")  # recomputes every step; the request cache answers the LLM calls
+    requests, refreshed, ran = rerun("--refresh")  # recomputes every step; the request cache answers the LLM calls
     assert requests == 0 and refreshed.equals(first)
+    assert set(ran) == steps and all(found == {"Completed"} for found in ran.values()), ran
 
     # A step output deleted by hand: the run says so and advises --refresh, which repairs it.
     (run / "candidates.parquet").resolve().unlink()
     failed = mascot(config, "edits", prefect_api, status=1)
     message = " ".join((failed.stdout + failed.stderr).split())
     assert "is missing" in message and "Rerun with --refresh" in message
-    requests, repaired = rerun("--refresh")
-    assert requests == 0 and repaired.equals(first)
+    requests, repaired, ran = rerun("--refresh")
+    assert requests == 0 and repaired.equals(first) and all(found == {"Completed"} for found in ran.values()), ran
     assert pl.read_parquet(run / "candidates.parquet").equals(candidates)
 
 

@@ -23,6 +23,7 @@ import pytest
 import yaml
 from chat_server import make_app
 from loopback_servers import serve
+from prefect_states import latest_flow_runs, task_states
 from stage1_runs import MASCOT, REPO, write_config
 
 from mascot.config import SamplingParams
@@ -272,3 +273,9 @@ def test_the_pipeline_runs_every_stage_as_a_subflow_of_one_flow_run_and_resumes_
         output = run("resume", str(root), api=prefect_api)
         assert "resuming pipeline" in output and "pipeline done" in output
         assert httpx.get(f"{chat}/stats").json()["requests"] == before
+        resumed = latest_flow_runs(prefect_api, ["stage1/piped", "stage2/piped", "evaluate/piped"])
+        for stage, flow_run in resumed.items():
+            assert flow_run["id"] != str(runs[stage].id), f"{stage} was not run again"
+            ran = task_states(prefect_api, flow_run["id"])
+            ran.pop("write_contexts", None)  # never cached: it must notice an edited corpus
+            assert ran and all(states == {"Cached"} for states in ran.values()), (stage, ran)
