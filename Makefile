@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 CONFIG ?= configs/tiny.yaml
 
-.PHONY: demo test install lint clean
+.PHONY: demo test install lint dist check-wheel clean
 
 install: $(STAMP)
 
@@ -27,8 +27,17 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# The sdist and the wheel in dist/; check-wheel installs the wheel in a fresh virtual environment outside
+# the checkout and runs it (CI does).
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+
+check-wheel: $(STAMP)
+	bash .ci/check_wheel
+
 lint: $(STAMP)
 	$(BIN)/ruff check mascot cli tasks flows tests benchmarks
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs dist .pytest_cache

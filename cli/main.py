@@ -1,5 +1,6 @@
 """The `mascot` command line: checking configs, inspecting corpora and models, sampling, running stages.
 
+    mascot init DIR                             the shipped profiles and rosters in DIR/configs (for an installed package)
     mascot config validate configs/tiny.yaml    check a config, roster, rubric or user-profile file
     mascot data preview --config configs/tiny.yaml
     mascot models build --config configs/tiny.yaml
@@ -16,6 +17,7 @@ imports wait until a command needs them, so `--help`, `--version` and `config va
 from __future__ import annotations
 
 import asyncio
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
@@ -185,6 +187,33 @@ def models_build(config: ConfigOption):
         return
     models = build_tiny_models(run.tiny, run.cache.root)
     console.print(f"tiny:lm  {models.lm}\ntiny:rm  {models.rm}", highlight=False)
+
+
+@app.command("init")
+def init(
+    folder: Annotated[Path, typer.Argument(help="The folder to set up; its configs/ gets the shipped files.")],
+    force: Annotated[bool, typer.Option(help="Replace files that are already there.")] = False,
+):
+    """Copy the shipped profiles (tiny and paper, for both domains), rosters, rubrics and user profiles to FOLDER/configs.
+
+    For an installed package, which has no checkout's configs/: then `mascot run pipeline --config
+    FOLDER/configs/tiny.yaml` runs offline and writes FOLDER/runs/.
+    """
+    shipped = Path(mascot.__file__).parent / "profiles"
+    target = folder / "configs"
+    files = sorted(path.relative_to(shipped) for path in shipped.rglob("*.yaml"))
+    there = [str(name) for name in files if (target / name).exists()]
+    if there and not force:
+        fail(f"{target} already has {len(there)} of the shipped files ({', '.join(there[:3])}"
+             f"{', ...' if len(there) > 3 else ''}); pass --force to replace them")
+    for name in files:
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shipped / name, target / name)
+    console.print(f"[green]{len(files)} files[/green] in {target}: "
+                  f"{', '.join(sorted(str(n) for n in files if n.parent == Path('.')))} and rosters/, rubrics/, users/",
+                  highlight=False, soft_wrap=True)
+    console.print(f"next: mascot config validate {target / 'tiny.yaml'} && mascot run pipeline --config "
+                  f"{target / 'tiny.yaml'}", highlight=False, soft_wrap=True)
 
 
 @app.command("sample")

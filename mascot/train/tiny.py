@@ -43,8 +43,8 @@ CHAT_TEMPLATE = (
 )
 # Training-split sample corpora only; ESConv is the held-out out-of-domain set.
 WARM_START_CORPORA = [("empathetic_dialogues", "empathetic_dialogues"), ("qmsum", "qmsum")]
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-ROSTERS_DIR = PROJECT_ROOT / "configs" / "rosters"
+# The rosters as the package carries them (mascot/profiles is configs/), in a checkout and an installed wheel alike.
+ROSTERS_DIR = Path(__file__).resolve().parents[1] / "profiles" / "rosters"
 STAGE2_TRAINERS = ("group_rm", "director", "director_dpo", "sft")  # sft: the evaluation's, after Stage 2
 PACKAGE = Path(__file__).resolve().parents[1]
 # This file and the code that turns shipped text into the warm start's prompts.

@@ -13,6 +13,7 @@ from stage1_runs import write_config
 from typer.testing import CliRunner
 
 from cli.main import app
+from mascot.config import load_config
 from mascot.data import SAMPLES_DIR
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,7 +24,7 @@ runner = CliRunner()
 @pytest.mark.parametrize("command", [[], ["config"], ["data"], ["models"], ["sample"], ["run"], ["config", "validate"],
                                      ["data", "preview"], ["models", "build"], ["run", "stage1"], ["resume"],
                                      ["server"], ["server", "start"], ["server", "stop"], ["server", "status"], ["chat"],
-                                     ["eval", "rate"]])
+                                     ["eval", "rate"], ["init"]])
 def test_every_command_explains_itself(command):
     result = runner.invoke(app, [*command, "--help"])
     assert result.exit_code == 0, result.output
@@ -167,3 +168,21 @@ def test_every_flow_has_a_deployment_on_each_pool():
     assert flows == {"flows/stage1.py:stage1", "flows/stage2.py:stage2", "flows/evaluate.py:evaluate",
                      "flows/pipeline.py:pipeline"}
     assert pools == {(flow, pool) for flow in flows for pool in ("mascot-local", "mascot-gpu")}
+
+
+def test_init_copies_the_shipped_profiles_out_and_keeps_what_is_there(tmp_path):
+    result = runner.invoke(app, ["init", str(tmp_path / "study")])
+    assert result.exit_code == 0, result.output
+    copied = sorted(str(p.relative_to(tmp_path / "study" / "configs")) for p in (tmp_path / "study").rglob("*.yaml"))
+    shipped = sorted(str(p.relative_to(REPO / "configs")) for p in (REPO / "configs").rglob("*.yaml"))
+    assert copied == shipped and "tiny.yaml" in copied and "rosters/emotional_support.yaml" in copied
+    config = tmp_path / "study" / "configs" / "tiny.yaml"
+    validated = runner.invoke(app, ["config", "validate", str(config)])
+    assert validated.exit_code == 0, validated.output
+    assert load_config(config).run_dir == tmp_path / "study" / "runs" / "tiny"  # beside the copied configs
+    config.write_text("# mine\n")
+    refused = runner.invoke(app, ["init", str(tmp_path / "study")])
+    assert refused.exit_code == 2 and "already has 13 of the shipped files" in " ".join(refused.output.split())
+    assert config.read_text() == "# mine\n"
+    assert runner.invoke(app, ["init", str(tmp_path / "study"), "--force"]).exit_code == 0
+    assert config.read_text() == (REPO / "configs" / "tiny.yaml").read_text()
