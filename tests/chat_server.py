@@ -115,6 +115,7 @@ class Stats:
     answered: int = 0
     answered_again: int = 0  # answers to a body answered before: a request paid for twice
     abandoned: int = 0  # requests whose client was gone (killed, say) when the answer was ready
+    authorized: dict[str, int] = field(default_factory=dict)  # requests by the API key they bore (with api_keys)
     seen: set[str] = field(default_factory=set)
     answered_bodies: set[str] = field(default_factory=set)
 
@@ -127,9 +128,10 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 def make_app(model: str = DEFAULT_MODEL, seconds_per_token: float = 0.03, seconds_per_request: float = 0.0,
-             structured_output: bool = True) -> FastAPI:
+             structured_output: bool = True, api_keys: set[str] | None = None) -> FastAPI:
     """The server's app; its counters are `app.state.stats`. With `structured_output=False` it ignores
-    `response_format` and answers in words, as a server without guided decoding does."""
+    `response_format` and answers in words, as a server without guided decoding does. With `api_keys`, a
+    request must bear one of them (`Authorization: Bearer <key>`), as a paid API's must; others get 401."""
     app = FastAPI(title="simulated chat server")
     app.state.stats = Stats()
     app.state.answering = asyncio.Event()  # cleared by POST /hold: answers wait until POST /release
@@ -170,6 +172,11 @@ def make_app(model: str = DEFAULT_MODEL, seconds_per_token: float = 0.03, second
             return _error(400, "the body is not JSON")
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
             return _error(400, "expected a JSON object with a non-empty 'messages' list")
+        if api_keys is not None:
+            key = request.headers.get("authorization", "").removeprefix("Bearer ")
+            if key not in api_keys:
+                return _error(401, "Incorrect API key provided")
+            app.state.stats.authorized[key] = app.state.stats.authorized.get(key, 0) + 1
         n = body.get("n") or 1
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_TOKENS
         if not isinstance(n, int) or n < 1 or not isinstance(max_tokens, int) or max_tokens < 1:
