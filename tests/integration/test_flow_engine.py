@@ -19,7 +19,7 @@ import prefect_states
 import pytest
 import yaml
 from chat_server import make_app
-from loopback_servers import free_port, serve
+from loopback_servers import serve
 from stage1_runs import MASCOT, REPO, write_config
 
 pytestmark = pytest.mark.integration
@@ -171,31 +171,3 @@ def test_a_code_change_reruns_the_steps_that_run_that_code(tmp_path, prefect_api
     found = rerun()
     assert found["sample_candidates"] == cached
     assert found["judge_candidates"] == {"Completed"} and found["build_pairs"] == {"Completed"}
-
-
-def test_a_backend_down_stops_the_run_at_its_step_and_resume_repeats_nothing(tmp_path, prefect_api):
-    port = free_port()  # nothing listens here until the server "comes back"
-    config = http_config(tmp_path, "outage", f"http://127.0.0.1:{port}", contexts=2)
-    settings = yaml.safe_load(config.read_text())
-    settings["generation"]["max_retries"] = 0  # the task's own retries (with backoff) still apply
-    config.write_text(yaml.safe_dump(settings, sort_keys=False))
-    run = tmp_path / "runs" / "outage"
-
-    failed = mascot(config, "outage", prefect_api, status=1)
-    last = (failed.stdout + failed.stderr).strip().splitlines()[-1]
-    assert last.startswith("stage 1 stopped at sample_candidates: ") and "is unavailable" in last, last
-    assert f"mascot resume {run}" in " ".join((failed.stdout + failed.stderr).split())
-    ran = states(prefect_api, failed)
-    assert ran["sample_candidates"] == {"Failed"} and "merge_shards" not in ran and "build_pairs" not in ran
-    assert "AttributeError" not in failed.stdout + failed.stderr
-    flow_runs = httpx.post(f"{prefect_api}/flow_runs/filter", json={"flow_runs": {"name": {"any_": ["stage1/outage"]}}})
-    assert [flow_run["state"]["type"] for flow_run in flow_runs.json()] == ["FAILED"], "named after the run"
-    assert {"profile:outage", "domain:emotional_support"} <= set(flow_runs.json()[0]["tags"])
-
-    with serve(make_app(seconds_per_token=SECONDS_PER_TOKEN), port=port) as chat:  # the backend is back
-        resumed = subprocess.run([MASCOT, "resume", str(run)], capture_output=True, text=True, check=False,
-                                 env={**os.environ, "PREFECT_API_URL": prefect_api}, timeout=600)
-        assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-5000:]
-        seen = stats(chat)
-    assert seen["requests"] == 2 * 3 and seen["repeated"] == 0, seen
-    assert pl.read_parquet(run / "stage1" / "pairs.parquet").height > 0
