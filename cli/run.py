@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import threading
@@ -168,6 +169,7 @@ def start_stage(stage: str, config: Path, loaded: RunConfig, run_name: str | Non
     from prefect import tags
 
     from flows.failures import StageFailed
+    from flows.runners import configured
     from mascot.artifacts import RunDir
     from mascot.llm.factory import preload
 
@@ -198,7 +200,9 @@ def start_stage(stage: str, config: Path, loaded: RunConfig, run_name: str | Non
     threading.Thread(target=preload, args=(first_backend,), daemon=True).start()
     try:
         # Tags find runs by profile (the config file's name) and domain in the UI and `prefect flow-run ls`.
-        with tags(f"profile:{config.stem}", f"domain:{loaded.data.domain}"):
+        # A stage runs its shards on the config's task runner; the pipeline puts each of its stages on it.
+        runner = contextlib.nullcontext(flow) if stage == "pipeline" else configured(flow, loaded, refresh)
+        with tags(f"profile:{config.stem}", f"domain:{loaded.data.domain}"), runner as flow:
             artifacts = flow(str(config), run_name=run_name, refresh=refresh, **parameters)
     except StageFailed as exc:  # it names the step, the cause and the resume command
         fail(str(exc), code=1)

@@ -16,11 +16,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefect import flow
-from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, PREFECT_TASKS_REFRESH_CACHE, temporary_settings
-from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.settings import temporary_settings
 
 from flows.failures import completed, stopped_at_step
 from flows.naming import flow_run_name, resume_stage
+from flows.runners import step_settings, threads
 from mascot import tracking
 from mascot.artifacts import Artifact, RunDir
 from mascot.config import RunConfig, load_config
@@ -38,10 +38,8 @@ from mascot.train.runtime import adapter_backend
 from mascot.train.tiny import resolve_tiny_models
 from tasks import evaluate as steps
 
-WORKERS = 16  # as in the stages: threads wait on the backends' limits
 
-
-@flow(name="evaluate", flow_run_name=flow_run_name("evaluate"), task_runner=ThreadPoolTaskRunner(max_workers=WORKERS))
+@flow(name="evaluate", flow_run_name=flow_run_name("evaluate"), task_runner=threads())
 def evaluate(config_path: str, run_name: str | None = None, refresh: bool = False) -> dict[str, Artifact]:
     """Evaluate a config's finished Stage 2 against the baselines; returns the artifacts written.
 
@@ -59,7 +57,7 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
     systems = evaluation_systems(config.eval.systems, directors, config_path)
     adapter = run.recorded("stage1/speaker", "the evaluation's MASCOT") if config.stage2.speaker is None else None
     run.start(config, Path(config_path), stage=resume_stage("eval"), until="report")
-    cache = {PREFECT_LOCAL_STORAGE_PATH: run.prefect_results, PREFECT_TASKS_REFRESH_CACHE: refresh}
+    cache = step_settings(run, refresh)
 
     with temporary_settings(updates=cache), stopped_at_step("the evaluation", run.root):
         config = resolve_tiny_models(config)

@@ -3,7 +3,7 @@
     mascot run pipeline --config configs/tiny.yaml [--director-method grpo|dpo] [--refresh]
 
 Each stage is its own flow (its steps cached and resumable as when it runs alone), run here as a
-subflow of one pipeline flow run. The run's resume request is the pipeline's, so `mascot resume`
+subflow of one pipeline flow run, on the config's task runner (`flows.runners`). The run's resume request is the pipeline's, so `mascot resume`
 after a failure reruns the pipeline: every finished step is a cache hit, and the stage that
 stopped goes on from where it stopped.
 """
@@ -16,6 +16,7 @@ from prefect import flow
 
 from flows.evaluate import evaluate
 from flows.naming import flow_run_name
+from flows.runners import configured
 from flows.stage1 import stage1
 from flows.stage2 import DirectorMethod, stage2
 from mascot.artifacts import Artifact, RunDir
@@ -36,6 +37,9 @@ def pipeline(config_path: str, run_name: str | None = None, director_method: Dir
         raise ValueError(f"{config_path} has no {' or '.join(repr(s) for s in missing)} section, so the pipeline "
                          "cannot run all three stages; configs/tiny.yaml has them")
     RunDir(config.run_dir).start(config, Path(config_path), stage="pipeline", until=director_method)
-    artifacts = stage1(config_path, run_name=run_name, until="speaker", refresh=refresh)
-    artifacts |= stage2(config_path, run_name=run_name, director_method=director_method, refresh=refresh)
-    return artifacts | evaluate(config_path, run_name=run_name, refresh=refresh)
+    with configured(stage1, config, refresh) as flow:
+        artifacts = flow(config_path, run_name=run_name, until="speaker", refresh=refresh)
+    with configured(stage2, config, refresh) as flow:
+        artifacts |= flow(config_path, run_name=run_name, director_method=director_method, refresh=refresh)
+    with configured(evaluate, config, refresh) as flow:
+        return artifacts | flow(config_path, run_name=run_name, refresh=refresh)

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Literal
 
 from prefect import flow
-from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, PREFECT_TASKS_REFRESH_CACHE, temporary_settings
-from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.settings import temporary_settings
 
 from flows.failures import completed, stopped_at_step
 from flows.naming import flow_run_name, resume_stage
+from flows.runners import step_settings, threads
 from mascot import tracking
 from mascot.artifacts import Artifact, RunDir
 from mascot.config import load_config
@@ -36,14 +36,7 @@ from tasks.tracking import report_stage1
 
 Until = Literal["pairs", "persona_rm", "speaker"]
 
-# Threads mostly wait, on the backends' limits or on an upstream shard. A sampling task and its
-# judging task are submitted one after the other, and a task only ever waits for tasks submitted
-# before it, so any number of workers is free of deadlock; 16 keeps several shards queued at every
-# backend without opening hundreds of task runs at once on a big config.
-WORKERS = 16
-
-
-@flow(name="stage1", flow_run_name=flow_run_name("stage1"), task_runner=ThreadPoolTaskRunner(max_workers=WORKERS))
+@flow(name="stage1", flow_run_name=flow_run_name("stage1"), task_runner=threads())
 def stage1(config_path: str, run_name: str | None = None, until: Until = "speaker",
            refresh: bool = False) -> dict[str, Artifact]:
     """Run Stage 1 of a config up to `until`; returns the artifacts written.
@@ -58,7 +51,7 @@ def stage1(config_path: str, run_name: str | None = None, until: Until = "speake
     run.start(config, Path(config_path), stage=resume_stage("stage1"), until=until)
     # With `refresh`, every cached task recomputes and overwrites its cache record: the steps downstream
     # of a refreshed one are refreshed too, so none can return a result that names a replaced file.
-    cache = {PREFECT_LOCAL_STORAGE_PATH: run.prefect_results, PREFECT_TASKS_REFRESH_CACHE: refresh}
+    cache = step_settings(run, refresh)
 
     with temporary_settings(updates=cache), stopped_at_step("stage 1", run.root):
         # Built once, here, so that every step gets loadable folders; trainers' models only when training.

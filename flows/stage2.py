@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Literal
 
 from prefect import flow
-from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, PREFECT_TASKS_REFRESH_CACHE, temporary_settings
-from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.settings import temporary_settings
 
 from flows.failures import completed, stopped_at_step
 from flows.naming import flow_run_name, resume_stage
+from flows.runners import step_settings, threads
 from mascot import tracking
 from mascot.artifacts import Artifact, RunDir
 from mascot.config import load_config
@@ -36,10 +36,7 @@ from tasks import stage2 as steps
 from tasks.tracking import report_stage2
 
 DirectorMethod = Literal["grpo", "dpo"]
-WORKERS = 16  # as in Stage 1: threads wait on the backends' limits, and tasks only wait on earlier tasks
-
-
-@flow(name="stage2", flow_run_name=flow_run_name("stage2"), task_runner=ThreadPoolTaskRunner(max_workers=WORKERS))
+@flow(name="stage2", flow_run_name=flow_run_name("stage2"), task_runner=threads())
 def stage2(config_path: str, run_name: str | None = None, director_method: DirectorMethod = "grpo",
            refresh: bool = False) -> dict[str, Artifact]:
     """Run Stage 2 of a config on its finished Stage 1; returns the artifacts written.
@@ -60,7 +57,7 @@ def stage2(config_path: str, run_name: str | None = None, director_method: Direc
     # Without a Speaker server, the Speaker is the Stage 1 adapter, in this process.
     adapter = run.recorded("stage1/speaker", "stage 2's Speaker") if config.stage2.speaker is None else None
     run.start(config, Path(config_path), stage=resume_stage("stage2"), until=director_method)
-    cache = {PREFECT_LOCAL_STORAGE_PATH: run.prefect_results, PREFECT_TASKS_REFRESH_CACHE: refresh}
+    cache = step_settings(run, refresh)
 
     with temporary_settings(updates=cache), stopped_at_step("stage 2", run.root):
         config = resolve_tiny_models(config)

@@ -15,7 +15,9 @@ files, untouched by the run in between.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import inspect
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +39,21 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def defined_function(fn: Callable) -> Callable:
+    """The task's function as its module defines it. A task run in another process (a Dask worker) runs a copy
+    that was pickled by value and has no source file; the module's own function has, and gives the same key."""
+    defined = getattr(importlib.import_module(fn.__module__), fn.__name__, None)
+    defined = getattr(defined, "fn", defined)  # the module's name is bound to the task, whose `fn` it is
+    return defined if getattr(defined, "__code__", None) is not None else fn
+
+
 def artifact_cache_key(context, parameters: dict[str, Any]) -> str:
     """Prefect `cache_key_fn`: sha256 of the task's source, the code it runs, the version and its parameters."""
-    task = context.task
+    task, fn = context.task, defined_function(context.task.fn)
     digest = hashlib.sha256()
     digest.update(task.name.encode())
-    digest.update(inspect.getsource(task.fn).encode())
-    digest.update(code_fingerprint(task.fn, *parameters.values()).encode())
+    digest.update(inspect.getsource(fn).encode())
+    digest.update(code_fingerprint(fn, *parameters.values()).encode())
     digest.update(mascot.__version__.encode())
     digest.update(canonical_json(_plain(parameters)).encode())
     return digest.hexdigest()

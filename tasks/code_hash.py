@@ -4,7 +4,9 @@ A task's own source is not enough for its cache key: editing `mascot/stage1/pair
 the pairs step and everything after it, while an edit to code a step never runs must leave that
 step cached. `code_fingerprint(fn, *values)` hashes the source of every `mascot` module that `fn`
 can run: the modules its code names, the modules of its parameter values' types, and everything
-those import, by the package's static import graph (parsed, never imported).
+those import, by the package's static import graph (compiled, never imported: the import statements are
+read from the bytecode, as `modulefinder` does, because CPython 3.11's `ast` module fails when two threads
+build syntax trees at once, and a flow run's threads and libraries do).
 
 The granularity is the module: an edit anywhere in a module that a step imports re-runs the step.
 It is conservative by design. Lazy imports inside functions and `if TYPE_CHECKING` imports count,
@@ -13,7 +15,7 @@ so a key may change when the code that runs did not, but never stays the same wh
 
 from __future__ import annotations
 
-import ast
+import dis
 import functools
 import hashlib
 import inspect
@@ -102,26 +104,27 @@ def _imports(name: str, path: Path, files: dict[str, Path]) -> set[str]:
     """Every package module that `name` imports, wherever the import statement is."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets = _with_parents(name) - {name}
-    for node in _statements(ast.parse(path.read_bytes(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                targets |= _with_parents(alias.name)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative: `from ..x import y` in module a.b.c is `from a.x import y`
-                anchor = package.rsplit(".", node.level - 1)[0]
-                base = f"{anchor}.{base}" if base else anchor
-            # `from a import b` imports the module a.b when there is one, else a name from a.
-            targets |= _with_parents(base) | {f"{base}.{alias.name}" for alias in node.names}
+    for base, level, names in _import_statements(compile(path.read_bytes(), str(path), "exec", dont_inherit=True)):
+        if level:  # relative: `from ..x import y` in module a.b.c is `from a.x import y`
+            anchor = package.rsplit(".", level - 1)[0]
+            base = f"{anchor}.{base}" if base else anchor
+        # `import a.b` runs a and a.b; `from a import b` imports the module a.b when there is one, else a name from a.
+        targets |= _with_parents(base) | {f"{base}.{alias}" for alias in names or ()}
     return targets & files.keys()
 
 
-def _statements(node: ast.AST) -> Iterator[ast.AST]:
-    """Every statement in `node`, however nested (imports are statements, so expressions are skipped)."""
-    for field in ("body", "orelse", "finalbody", "handlers", "cases"):
-        for child in getattr(node, field, ()):
-            yield child
-            yield from _statements(child)
+def _import_statements(code: CodeType) -> Iterator[tuple[str, int, tuple[str, ...] | None]]:
+    """(module, level, imported names) of every import statement in `code` and the code inside it. Each is
+    LOAD_CONST level, LOAD_CONST names, IMPORT_NAME module."""
+    constants: list = []
+    for instruction in dis.get_instructions(code):
+        if instruction.opname == "LOAD_CONST":
+            constants.append(instruction.argval)
+        elif instruction.opname == "IMPORT_NAME":
+            yield instruction.argval, constants[-2], constants[-1]
+    for constant in code.co_consts:
+        if isinstance(constant, CodeType):
+            yield from _import_statements(constant)
 
 
 @functools.cache

@@ -12,7 +12,15 @@ from mascot.config.base import SAMPLES_DIR, TINY_MODELS, Section
 from mascot.config.chat import ChatConfig, CrisisClassifierConfig, SafetyConfig
 from mascot.config.data import CORPUS_DOMAIN, CorpusConfig, DataConfig
 from mascot.config.loading import load_any, load_config
-from mascot.config.run import CacheConfig, RunConfig, RunSection, TinyModelSpec, TrackingConfig, TrainConfig
+from mascot.config.run import (
+    CacheConfig,
+    RunConfig,
+    RunnerConfig,
+    RunSection,
+    TinyModelSpec,
+    TrackingConfig,
+    TrainConfig,
+)
 from mascot.config.stage1 import BeforeAfterConfig, SpeakerConfig, SpeakerRewardWeights, Stage1Config
 from mascot.config.stage2 import (
     DirectorConfig,
@@ -46,6 +54,7 @@ __all__ = [
     "RewardModelConfig",
     "RunConfig",
     "RunSection",
+    "RunnerConfig",
     "SafetyConfig",
     "SamplingParams",
     "Section",

@@ -80,6 +80,16 @@ class TrackingConfig(Section):
     wandb_mode: Literal["online", "offline", "disabled"] = Field(default="offline", description="wandb mode.")
 
 
+class RunnerConfig(Section):
+    """Where a flow run's shards run: threads of the flow's process (the default), or a local Dask cluster."""
+
+    kind: Literal["threads", "dask"] = Field(default="threads", description="threads: one process; dask: "
+                                             "worker processes of a local Dask cluster (the dask extra).")
+    workers: int = Field(default=2, ge=1, description="dask: worker processes.")
+    threads_per_worker: int = Field(default=16, ge=1, description="dask: threads per worker; they mostly wait on "
+                                    "the backends' limits, which hold for all workers together.")
+
+
 class CacheConfig(Section):
     dir: ConfigPath | None = Field(default=None, description="Request and model cache (default $MASCOT_CACHE_DIR "
                                    "or ~/.cache/mascot).")
@@ -104,6 +114,7 @@ class RunConfig(Section):
     chat: ChatConfig = Field(default_factory=ChatConfig, description="Talking to the trained group (mascot chat).")
     train: TrainConfig
     tiny: TinyModelSpec | None = Field(default=None, description="Needed when any model is 'tiny:lm' or 'tiny:rm'.")
+    runner: RunnerConfig = Field(default_factory=RunnerConfig, description="Where the shards of a flow run run.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     cache: CacheConfig = Field(default_factory=CacheConfig)
 

@@ -9,18 +9,30 @@ Slots go first come, first served, by batch: the requests made inside one `reque
 (one shard's) queue behind those of every batch that began earlier, however the threads of
 several shards interleave. So the first shard to start is answered first, and it can be judged
 while later shards still sample, instead of every shard finishing at the very end.
+
+A flow run can also spread over processes (the Dask task runner's workers). Then the flow names a
+folder in MASCOT_LIMITS_DIR for all of them, and a limit is also a set of `size` slot files there: a
+request holds an exclusive lock on one of them while in flight (`fcntl.flock`), so the processes
+together never have more than `size` requests in flight. A process that dies lets go of its locks
+with it, so a crash never leaks a slot.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import hashlib
 import heapq
 import itertools
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Hashable, Iterator
 from contextvars import ContextVar
+from pathlib import Path
+
+LIMITS_DIR = "MASCOT_LIMITS_DIR"  # set for the worker processes of one flow run
 
 # When the batch of the running code began; requests outside any batch are a batch of their own.
 _batch_began: ContextVar[float | None] = ContextVar("batch_began", default=None)
@@ -93,6 +105,37 @@ class Limit:
             self.release()
 
 
+class ProcessesLimit(Limit):
+    """A `Limit` that also holds across the processes that share `folder`: at most `size` slot files locked."""
+
+    def __init__(self, size: int, folder: Path):
+        super().__init__(size)
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        async with super().slot():  # this process's share first, in its order
+            handle = await self._lock_a_slot_file()
+            try:
+                yield
+            finally:
+                os.close(handle)  # closing the file releases its lock
+
+    async def _lock_a_slot_file(self) -> int:
+        wait = 0.002
+        while True:
+            for index in range(self.size):
+                handle = os.open(self.folder / f"slot-{index}", os.O_RDWR | os.O_CREAT, 0o600)
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return handle
+                except BlockingIOError:
+                    os.close(handle)
+            await asyncio.sleep(wait)  # every slot is held by another process: look again soon
+            wait = min(wait * 2, 0.05)
+
+
 def _wake(future: asyncio.Future) -> None:
     if not future.done():  # a cancelled waiter gives its slot back itself, in acquire()
         future.set_result(None)
@@ -103,9 +146,13 @@ _limits_lock = threading.Lock()
 
 
 def shared_limit(key: Hashable, size: int) -> Limit:
-    """The process's one `Limit` for `key` (a backend's identity, its size included)."""
+    """The process's one `Limit` for `key` (a backend's identity, its size included); across the flow run's
+    processes when it has several (MASCOT_LIMITS_DIR)."""
+    folder = os.environ.get(LIMITS_DIR)
     with _limits_lock:
-        limit = _limits.get((key, size))
+        limit = _limits.get((key, size, folder))
         if limit is None:
-            limit = _limits[(key, size)] = Limit(size)
+            name = hashlib.sha256(repr((key, size)).encode()).hexdigest()[:16]
+            limit = Limit(size) if not folder else ProcessesLimit(size, Path(folder) / name)
+            _limits[(key, size, folder)] = limit
         return limit

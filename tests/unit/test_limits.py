@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from mascot.llm.limits import Limit, request_batch, shared_limit
+from mascot.llm.limits import LIMITS_DIR, Limit, request_batch, shared_limit
 
 
 class Holders:
@@ -111,3 +112,79 @@ def test_shared_limits_are_one_per_key_and_size():
     assert shared_limit(("openai", "http://a", "m"), 4) is not shared_limit(("openai", "http://b", "m"), 4)
     with pytest.raises(ValueError, match="at least 1"):
         Limit(0)
+
+
+def hold_slots(folder: str, size: int, requests: int, log: str, seconds: float = 0.05) -> None:
+    """In a process of its own: `requests` requests at once, each `seconds` long, through a limit shared by the
+    processes of `folder`; each writes its start and end times to `log`."""
+    import os
+
+    os.environ[LIMITS_DIR] = folder
+    limit = shared_limit(("openai", "http://shared", "m"), size)
+    spans = []
+
+    async def request() -> None:
+        async with limit.slot():
+            began = time.time()
+            await asyncio.sleep(seconds)
+            spans.append(f"{began} {time.time()}\n")
+
+    async def all_requests() -> None:
+        await asyncio.wait_for(asyncio.gather(*(request() for _ in range(requests))), timeout=30)
+
+    asyncio.run(all_requests())
+    with open(log, "a") as out:
+        out.writelines(spans)
+
+
+def most_at_once(log) -> int:
+    spans = [tuple(map(float, line.split())) for line in log.read_text().splitlines()]
+    events = sorted([(began, 1) for began, _ in spans] + [(ended, -1) for _, ended in spans], key=lambda e: (e[0], e[1]))
+    now = most = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def run_in_processes(*calls: tuple) -> None:
+    import multiprocessing
+
+    processes = [multiprocessing.get_context("spawn").Process(target=hold_slots, args=args) for args in calls]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=60)
+        assert process.exitcode == 0
+
+
+def test_a_limit_holds_for_the_processes_that_share_its_folder_and_a_dead_one_frees_its_slot(tmp_path):
+    import multiprocessing
+
+    folder, log = str(tmp_path / "limits"), tmp_path / "spans.txt"
+    run_in_processes(*[(folder, 2, 6, str(log))] * 3)
+    assert len(log.read_text().splitlines()) == 18 and most_at_once(log) == 2  # not 2 per process
+
+    # A process killed while it holds both slots takes its locks with it: the next process gets both.
+    killed = multiprocessing.get_context("spawn").Process(target=hold_slots, args=(folder, 2, 2, "/dev/null", 60))
+    killed.start()
+    slots = next((tmp_path / "limits").iterdir())
+    deadline = time.monotonic() + 30
+    while not all(locked(slots / f"slot-{i}") for i in range(2)):
+        assert time.monotonic() < deadline, "the process never held both slots"
+        time.sleep(0.05)
+    killed.kill()
+    killed.join()
+    log.unlink()
+    run_in_processes((folder, 2, 4, str(log)))
+    assert len(log.read_text().splitlines()) == 4 and most_at_once(log) == 2
+
+
+def locked(path) -> bool:
+    with open(path, "a") as probe:
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(probe, fcntl.LOCK_UN)
+        return False
