@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 CONFIG ?= configs/tiny.yaml
 
-.PHONY: demo test install lint dist check-wheel clean
+.PHONY: demo test install lint bench dist check-wheel clean
 
 install: $(STAMP)
 
@@ -26,6 +26,20 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# Every benchmark, one after another, each printing its figures and ratios (about 15 minutes on 2 cores; see
+# benchmarks/README.md). chat.py talks to the demo's trained group, so the demo runs first if it has not.
+# gpu_smoke.py needs a CUDA GPU: elsewhere it says so, and the rest go on.
+bench: $(STAMP) runs/tiny/eval/summary.json
+	$(BIN)/python benchmarks/pairs.py
+	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/episodes.py
+	$(BIN)/python benchmarks/generation.py
+	$(BIN)/python benchmarks/chat.py runs/tiny
+	-$(BIN)/python benchmarks/gpu_smoke.py
+
+runs/tiny/eval/summary.json:
+	$(MAKE) demo
 
 # The sdist and the wheel in dist/; check-wheel installs the wheel in a fresh virtual environment outside
 # the checkout and runs it (CI does).
