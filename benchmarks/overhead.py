@@ -123,7 +123,10 @@ def write_config(path: Path, args: argparse.Namespace, corpus: Path, port: int, 
                             "params": {"temperature": 1.0, "top_p": 0.95, "max_new_tokens": args.tokens}}
     config["stage1"] |= {"k": args.k, "margin": args.margin, "shard_size": args.shard_size,
                          "rubric": str(CONFIGS / config["stage1"]["rubric"]), "judges": [{"kind": "heuristic"}]}
-    # The trainers keep their tiny:* models: `--until pairs` trains nothing, so the flow builds none.
+    # The trainers keep their tiny:* models: `--until pairs` trains nothing, so the flow builds none. The job is
+    # Stage 1's alone, so the later stages' sections (whose files are relative to configs/) go.
+    for section in ("stage2", "eval"):
+        config.pop(section, None)
     config["cache"] = {"dir": str(cache)}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
