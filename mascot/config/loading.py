@@ -156,7 +156,16 @@ def _eval_problems(document: YamlDocument, config: RunConfig, rubric_problem: Ru
 
 
 def machine_problems(document: YamlDocument, config: RunConfig) -> list[Problem]:
-    """What keeps this machine from running the config: bf16 or a CUDA device without a CUDA GPU."""
+    """What keeps this machine from running the config: bf16 or a CUDA device without a CUDA GPU, a Dask runner
+    without prefect-dask."""
+    problems = []
+    if config.runner.kind == "dask" and importlib.util.find_spec("prefect_dask") is None:
+        problems.append(document.problem(("runner", "kind"), "the dask runner needs prefect-dask, which is not "
+                                         "installed here: pip install 'mascot[dask]', or set runner.kind: threads"))
+    return problems + _cuda_problems(document, config)
+
+
+def _cuda_problems(document: YamlDocument, config: RunConfig) -> list[Problem]:
     wants_cuda = {("train", name, "bf16"): ("bf16 needs a CUDA GPU", "bf16: false to train in float32")
                   for name, trainer in config.train.trainers.items() if trainer.bf16 and not trainer.use_cpu}
     backends = {("generation",): config.generation,

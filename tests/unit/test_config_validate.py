@@ -327,6 +327,16 @@ def test_a_cuda_device_needs_a_gpu_too(workdir):
     _check(path, ["generation.device", "device 'cuda:1' is a CUDA GPU, and none is visible"])
 
 
+def test_a_dask_runner_needs_prefect_dask_on_the_machine(workdir, monkeypatch):
+    import importlib.util
+
+    path = _write(workdir, "dask.yaml", _set(_yaml(workdir / "tiny.yaml"), "runner", {"kind": "dask", "workers": 2}))
+    assert runner.invoke(app, ["config", "validate", str(path)]).exit_code == 0  # installed here (the dask extra)
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "prefect_dask" else find_spec(name, *a))
+    _check(path, ["runner.kind", "the dask runner needs prefect-dask", "pip install 'mascot[dask]'"])
+
+
 def test_shipped_rosters_rubrics_and_users_are_valid():
     paths = [str(p) for folder in ("rosters", "rubrics") for p in sorted((CONFIGS / folder).glob("*.yaml"))]
     result = runner.invoke(app, ["config", "validate", *paths, str(USERS)])
