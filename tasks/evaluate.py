@@ -16,6 +16,7 @@ from mascot.evaluation.pairwise import PairwiseJob
 from mascot.evaluation.report import ReportSpec
 from mascot.evaluation.scoring import ScoringJob
 from mascot.roster import Roster
+from mascot.train.launch import launched
 from mascot.train.runtime import checkpoint_dir
 from mascot.train.sft import train_sft_policy
 from tasks.caching import CACHED, keyed
@@ -28,9 +29,9 @@ def train_sft_baseline(config: SFTPolicyConfig, contexts: Artifact, candidates: 
                        assistant: Roster, out: Path) -> Artifact:
     """The SFT baseline: the base Speaker fine-tuned (LoRA) on the training contexts' best-judged replies."""
     records, out = baselines.sft_records(contexts, candidates, judgments, assistant), keyed(out)
-    return train_sft_policy(config, records, out, checkpoint_dir(out, config, assistant, contexts, candidates,
-                                                                  judgments), name="sft",
-                            details={"contexts": len(records)})
+    checkpoints = checkpoint_dir(out, config, assistant, contexts, candidates, judgments)
+    return launched(config, train_sft_policy, config, records, out, checkpoints, name="sft",
+                    details={"contexts": len(records)})
 
 
 @task(**CACHED, **REPORTED)

@@ -27,6 +27,7 @@ from mascot.data import contexts as contexts_io
 from mascot.judges.panel import PanelSpec
 from mascot.queries import Queries
 from mascot.stage1 import before_after, candidates, judging, pairs, speaker
+from mascot.train.launch import launched
 from mascot.train.reward_model import train_reward_model
 from mascot.train.runtime import TrainingSetupError
 from tasks.caching import CACHED, keyed
@@ -78,12 +79,13 @@ def build_pairs(stage1: Stage1Config, queries: Queries, replies: Artifact, judgm
 
 @task(**CACHED, **REPORTED, **TRAINING_RETRIES, tags=["training"])
 def train_persona_rm(config: RewardModelConfig, pairs: Artifact, contexts: Artifact, out: Path) -> Artifact:
-    return train_reward_model(config, pairs, contexts, keyed(out), group_by="persona", name="persona_rm")
+    return launched(config, train_reward_model, config, pairs, contexts, keyed(out), group_by="persona",
+                    name="persona_rm")
 
 
 @task(**CACHED, **REPORTED, **TRAINING_RETRIES, tags=["training"])
 def train_speaker(config: SpeakerConfig, queries: Queries, persona_rm: Artifact, out: Path) -> Artifact:
-    return speaker.train_speaker(config, queries, persona_rm, keyed(out))
+    return launched(config, speaker.train_speaker, config, queries, persona_rm, keyed(out))
 
 
 @task(**CACHED, **REPORTED, **LLM_RETRIES)

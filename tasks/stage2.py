@@ -25,6 +25,7 @@ from mascot.roster import Roster
 from mascot.stage2 import branching, director, director_eval, trajectories
 from mascot.stage2.branching import Setting
 from mascot.stage2.director_eval import Directors
+from mascot.train.launch import launched
 from mascot.train.reward_model import train_reward_model
 from tasks.caching import CACHED, keyed
 from tasks.failures import REPORTED
@@ -55,19 +56,20 @@ def build_group_pairs(stage2: Stage2Config, roster: Roster, episodes: Artifact, 
 @task(**CACHED, **REPORTED, **TRAINING_RETRIES, tags=["training"])
 def train_group_rm(config: RewardModelConfig, pairs: Artifact, contexts: Artifact, out: Path) -> Artifact:
     # Held-out accuracy by the persona the chosen trajectory's first directive named.
-    return train_reward_model(config, pairs, contexts, keyed(out), group_by="persona", name="group_rm")
+    return launched(config, train_reward_model, config, pairs, contexts, keyed(out), group_by="persona",
+                    name="group_rm")
 
 
 @task(**CACHED, **REPORTED, **TRAINING_RETRIES, tags=["training"])
 def train_director(config: DirectorConfig, setting: Setting, episodes: Artifact, group_rm: Artifact,
                    out: Path) -> Artifact:
-    return director.train_director(config, setting, episodes, group_rm, keyed(out))
+    return launched(config, director.train_director, config, setting, episodes, group_rm, keyed(out))
 
 
 @task(**CACHED, **REPORTED, **TRAINING_RETRIES, tags=["training"])
 def train_director_dpo(config: DirectorDPOConfig, pairs: Artifact, contexts: Artifact, episodes: EpisodeConfig,
                        out: Path) -> Artifact:
-    return director.train_director_dpo(config, pairs, contexts, episodes, keyed(out))
+    return launched(config, director.train_director_dpo, config, pairs, contexts, episodes, keyed(out))
 
 
 @task(**CACHED, **REPORTED, **LLM_RETRIES)

@@ -96,6 +96,10 @@ def file_problems(document: YamlDocument, config: RunConfig, rubric_problem: Rub
     rules = config.chat.safety.rules  # its content is checked where the chat loads it, at its own lines
     if rules is not None and not rules.is_file():
         problems.append(document.problem(("chat", "safety", "rules"), f"no such file: {rules}"))
+    for name, trainer in config.train.trainers.items():  # accelerate reads it, when the training step starts
+        if trainer.accelerate_config is not None and not trainer.accelerate_config.is_file():
+            problems.append(document.problem(("train", name, "accelerate_config"),
+                                             f"no such file: {trainer.accelerate_config}"))
     for loc, corpus in [(("data", "corpus"), config.data.corpus),
                         *((("data", "held_out", i), c) for i, c in enumerate(config.data.held_out))]:
         problem = _corpus_problem(document, (*loc, "path"), corpus)

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from mascot.config.base import ModelRef, Section
+from mascot.config.base import ConfigPath, ModelRef, Section
 from mascot.yamlio import FieldError
 
 
@@ -36,6 +36,10 @@ class TrainerConfig(Section):
     bf16: bool = Field(default=False, description="Train in bfloat16 (needs a CUDA GPU).")
     use_cpu: bool = Field(default=False, description="Train on the CPU even when a GPU is visible.")
     gradient_checkpointing: bool = Field(default=True, description="Recompute activations to save memory.")
+    accelerate_config: ConfigPath | None = Field(
+        default=None, description="Train over several processes, one per GPU: `accelerate launch` with this config "
+        "file (deployments/accelerate/multi_gpu.yaml). Each process takes batch_size examples per step. Left "
+        "out: train in the flow's process.")
 
     # Parameters that control the training
     learning_rate: float = Field(default=1e-5, gt=0, description="Peak learning rate.")

@@ -18,7 +18,7 @@ from mascot.train.grpo import train_grpo_policy
 from mascot.train.runtime import TrainingSetupError, checkpoint_dir
 
 
-def train_speaker(config: SpeakerConfig, queries: Queries, persona_rm: Artifact, out: Path) -> Artifact:
+def train_speaker(config: SpeakerConfig, queries: Queries, persona_rm: Artifact, out: Path) -> Artifact | None:
     """GRPO on the prompts of the training contexts' queries, resuming from checkpoints; write the adapter."""
     training = queries.held_out(False)
     prompts = [{"prompt": speaker_messages(q.persona, q.context), "query_id": q.id, "persona": q.persona.id}

@@ -161,7 +161,7 @@ def split_states(episodes: Artifact, contexts: Artifact) -> tuple[list[StoredSta
 
 
 def train_director(config: DirectorConfig, setting: Setting, episodes: Artifact, group_rm: Artifact,
-                   out: Path) -> Artifact:
+                   out: Path) -> Artifact | None:
     """GRPO on the Director's prompts at the training states, resuming from checkpoints; write the adapter."""
     training, held_out = split_states(episodes, setting.contexts)
     if not training:
@@ -182,7 +182,7 @@ def train_director(config: DirectorConfig, setting: Setting, episodes: Artifact,
 
 
 def train_director_dpo(config: DirectorDPOConfig, pairs: Artifact, contexts: Artifact, episodes: EpisodeConfig,
-                       out: Path) -> Artifact:
+                       out: Path) -> Artifact | None:
     """DPO on the directive pairs of the training states (the first directives of trajectory pairs from
     episodes played as `episodes` says); write the adapter."""
     frame = directive_pairs(pairs.read_parquet())

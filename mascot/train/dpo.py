@@ -25,7 +25,7 @@ from mascot.train.runtime import (
 
 
 def train_dpo_policy(config: DirectorDPOConfig, records: list[dict[str, Any]], out: Path, checkpoints: Path, *,
-                     name: str, details: dict[str, Any] | None = None) -> Artifact:
+                     name: str, details: dict[str, Any] | None = None) -> Artifact | None:
     """DPO on `records` (TRL's conversational preference format with a prompt), resuming from `checkpoints`."""
     require_torch()
     from datasets import Dataset
@@ -52,6 +52,8 @@ def train_dpo_policy(config: DirectorDPOConfig, records: list[dict[str, Any]], o
     metrics_on_progress_bar(trainer, ["loss", "rewards/accuracies", "rewards/margins"])
     parameters = count_trainable_parameters(trainer.model)
     resume = train_resuming(trainer, checkpoints)
+    if not trainer.is_world_process_zero():
+        return None  # a later process of an `accelerate launch` (mascot.train.launch): the first one writes
 
     with quiet_transformers(), atomic_dir(out) as staging:
         trainer.save_model(str(staging))

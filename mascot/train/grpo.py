@@ -51,7 +51,8 @@ class PolicySnapshots:
     def current(self) -> Path:
         if self.trainer is None:
             raise RuntimeError("PolicySnapshots.current() is only available while train_grpo_policy runs")
-        path = self.folder / f"step-{self.trainer.state.global_step:06d}"
+        # The processes of an `accelerate launch` each sample from a copy of their own.
+        path = self.folder / f"process-{self.trainer.args.process_index}" / f"step-{self.trainer.state.global_step:06d}"
         if path != self._current:
             with quiet_transformers(), atomic_dir(path) as staging:
                 self.trainer.model.save_pretrained(str(staging))
@@ -71,10 +72,12 @@ def release_policy(adapter: Path) -> None:
 
 def train_grpo_policy(config: GRPOPolicyConfig, prompts: list[dict[str, Any]], rewards: Sequence[RewardFunction],
                       weights: Sequence[float], out: Path, checkpoints: Path, *, name: str,
-                      details: dict[str, Any] | None = None, snapshots: PolicySnapshots | None = None) -> Artifact:
+                      details: dict[str, Any] | None = None,
+                      snapshots: PolicySnapshots | None = None) -> Artifact | None:
     """GRPO on `prompts` (TRL's conversational prompt-only records), resuming from `checkpoints`.
 
-    Writes the adapter and metrics.json (trainable parameters, steps, the per-step log) to `out`;
+    Writes the adapter and metrics.json (trainable parameters, steps, the per-step log) to `out`, and returns
+    it; in the later processes of an `accelerate launch` (`mascot.train.launch`) it returns None.
     `details` joins the metrics' `training` entry. `checkpoints` must be a folder of these inputs
     only (`mascot.train.runtime.checkpoint_dir`), so that a retry resumes and a change starts afresh.
     `snapshots`, when given, follow the trainer's policy for the reward functions.
@@ -110,6 +113,8 @@ def train_grpo_policy(config: GRPOPolicyConfig, prompts: list[dict[str, Any]], r
     metrics_on_progress_bar(trainer, ["reward", "reward_std", "kl"])
     parameters = count_trainable_parameters(trainer.model)
     resume = train_resuming(trainer, checkpoints)
+    if not trainer.is_world_process_zero():
+        return None  # a later process of an `accelerate launch` (mascot.train.launch): the first one writes
 
     with quiet_transformers(), atomic_dir(out) as staging:
         trainer.save_model(str(staging))  # the PEFT adapter only

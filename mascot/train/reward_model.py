@@ -88,7 +88,7 @@ def preference_records(pairs: pl.DataFrame) -> list[dict]:
 
 
 def train_reward_model(config: RewardModelConfig, pairs: Artifact, contexts: Artifact, out: Path, *,
-                       group_by: str, name: str) -> Artifact:
+                       group_by: str, name: str) -> Artifact | None:
     """Train on the pairs of training contexts, resuming from checkpoints; write the model and metrics.json.
 
     `pairs` has `query_id` (whose context part marks it held out or not), `prompt`, `chosen`,
@@ -130,6 +130,8 @@ def train_reward_model(config: RewardModelConfig, pairs: Artifact, contexts: Art
                             processing_class=tokenizer, callbacks=wandb_callbacks(name))
     metrics_on_progress_bar(trainer, ["loss", "accuracy", "margin"])
     resume = train_resuming(trainer, checkpoints)
+    if not trainer.is_world_process_zero():
+        return None  # a later process of an `accelerate launch` (mascot.train.launch): the first one writes
 
     with quiet_transformers(), atomic_dir(out) as staging:
         trainer.save_model(str(staging))

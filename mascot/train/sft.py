@@ -26,7 +26,7 @@ from mascot.train.runtime import (
 
 
 def train_sft_policy(config: SFTPolicyConfig, records: list[dict[str, Any]], out: Path, checkpoints: Path, *,
-                     name: str, details: dict[str, Any] | None = None) -> Artifact:
+                     name: str, details: dict[str, Any] | None = None) -> Artifact | None:
     """SFT on `records` ({"prompt": messages, "completion": [assistant message]}), resuming from `checkpoints`."""
     require_torch()
     from datasets import Dataset
@@ -52,6 +52,8 @@ def train_sft_policy(config: SFTPolicyConfig, records: list[dict[str, Any]], out
     metrics_on_progress_bar(trainer, ["loss", "mean_token_accuracy"])
     parameters = count_trainable_parameters(trainer.model)
     resume = train_resuming(trainer, checkpoints)
+    if not trainer.is_world_process_zero():
+        return None  # a later process of an `accelerate launch` (mascot.train.launch): the first one writes
 
     with quiet_transformers(), atomic_dir(out) as staging:
         trainer.save_model(str(staging))

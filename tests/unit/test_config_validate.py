@@ -211,6 +211,8 @@ BROKEN_CONFIGS = [
     ("chat-no-turns", "tiny.yaml", ("chat.turns", 0), ["chat.turns", "greater than or equal to 1", "got 0"]),
     ("chat-rules-missing", "tiny.yaml", ("chat.safety.rules", "rules/nope.yaml"),
      ["chat.safety.rules", "no such file", "nope.yaml"]),
+    ("accelerate-config-missing", "tiny.yaml", ("train.speaker.accelerate_config", "accelerate/nope.yaml"),
+     ["train.speaker.accelerate_config", "no such file", "nope.yaml"]),
     ("chat-classifier-threshold", "tiny.yaml", ("chat.safety.classifier", {"model": "x/y", "threshold": 2}),
      ["chat.safety.classifier.threshold", "less than or equal to 1"]),
     ("chat-speaker-typo", "tiny.yaml", ("chat.speaker", {"kind": "openai", "modle": "speaker"}),

@@ -31,7 +31,7 @@ def sample(base, adapter) -> list[str]:
 
 def test_each_step_gets_a_snapshot_of_the_weights_as_they_stand_and_the_last_one_is_released(tmp_path, tiny_models):
     policy = lora_policy(tiny_models.lm)
-    trainer = SimpleNamespace(model=policy, state=SimpleNamespace(global_step=0))
+    trainer = SimpleNamespace(model=policy, state=SimpleNamespace(global_step=0), args=SimpleNamespace(process_index=0))
     snapshots = PolicySnapshots(tmp_path / "policy")
     snapshots.trainer = trainer
 

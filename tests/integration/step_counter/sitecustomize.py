@@ -4,6 +4,8 @@ A test puts this folder on PYTHONPATH and names a file in MASCOT_TEST_STEP_LOG; 
 this module at start-up. When transformers' trainer callbacks are imported, every optimizer step's
 number (`on_step_end` fires once per step) is appended to that file. A run resumed from the
 checkpoint of step k writes k+1, k+2, ...; a run that started over would write 1, 2, ...
+Beside it, `<log>.processes` gets a line per step and training process: its pid, its process index and
+world size as the trainer sees them, the trainer's arguments class and the step.
 
 With MASCOT_TEST_FAIL_AT_STEP=k as well, the first training to reach step k raises there, once per
 log file (before that step's checkpoint is saved), as a crash inside a training task would.
@@ -32,6 +34,9 @@ class _CountSteps(importlib.abc.MetaPathFinder):
             def counted(handler, args, state, control):
                 with open(LOG, "a") as log:
                     log.write(f"{state.global_step}\n")
+                with open(f"{LOG}.processes", "a") as log:
+                    log.write(f"{os.getpid()} {args.process_index} {args.world_size} {type(args).__name__} "
+                              f"{state.global_step}\n")
                 failed = f"{LOG}.failed"
                 if state.global_step == FAIL_AT and not os.path.exists(failed):
                     open(failed, "w").close()

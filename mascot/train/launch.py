@@ -1,0 +1,71 @@
+"""One training step over several processes, one per GPU: TRL's trainer under `accelerate launch`.
+
+A trainer whose config names an `accelerate_config` does not train in the flow's process. `launched` writes the
+call (the training function and its arguments, all plain data) to a folder, runs
+`accelerate launch --config_file <file> -m mascot.train.launch <folder>`, and waits. Every process it starts
+makes the same call: the trainer wraps the model in DistributedDataParallel and each process trains on its
+share of every batch, so a step's batch is `batch_size` times the processes. The first process alone writes the
+outputs (the trainers return None in the others) and hands its result back through the folder.
+
+The processes of one launch share the backends' limits like the workers of a Dask flow run
+(`mascot.llm.limits`): the Director's rollouts of every process together keep within `max_concurrency`.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mascot.artifacts import Artifact
+from mascot.config import TrainerConfig
+from mascot.llm.limits import LIMITS_DIR
+
+CALL, RESULT = "call.pickle", "result.pickle"
+
+
+class LaunchError(RuntimeError):
+    """`accelerate launch` of a training step failed; its processes' output is above."""
+
+
+def launched(config: TrainerConfig, train: Callable[..., Any], *args: Any, **kwargs: Any) -> Artifact:
+    """`train(*args, **kwargs)`, in this process, or in the processes of `config.accelerate_config` if it names one."""
+    if config.accelerate_config is None:
+        return train(*args, **kwargs)  # a trainer returns None only in the later processes of a launch
+    with tempfile.TemporaryDirectory(prefix="mascot-launch-") as folder:
+        (Path(folder) / CALL).write_bytes(pickle.dumps((train, args, kwargs)))
+        command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config.accelerate_config),
+                   "--main_process_port", str(free_port()), "-m", __name__, folder]
+        # A flow run on Dask has a limits folder already; otherwise this launch's processes get one of their own.
+        environment = {LIMITS_DIR: str(Path(folder) / "limits"), **os.environ}
+        finished = subprocess.run(command, env=environment, check=False)
+        if finished.returncode != 0:
+            raise LaunchError(f"{train.__name__} under `accelerate launch --config_file {config.accelerate_config}` "
+                              f"exited with status {finished.returncode}; the output of its processes is above. To "
+                              "train in the flow's process instead, remove accelerate_config from the trainer's section")
+        return pickle.loads((Path(folder) / RESULT).read_bytes())
+
+
+def free_port() -> int:
+    """A port for the processes to meet on: accelerate's default, 29500, would refuse a second launch at once."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def main(folder: Path) -> None:
+    """One process of a launch: make the call; the first process hands its result back."""
+    train, args, kwargs = pickle.loads((folder / CALL).read_bytes())
+    result = train(*args, **kwargs)
+    if os.environ.get("RANK", "0") == "0":  # torchrun numbers the processes it starts
+        (folder / RESULT).write_bytes(pickle.dumps(result))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
