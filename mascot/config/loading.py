@@ -160,12 +160,13 @@ def _eval_problems(document: YamlDocument, config: RunConfig, rubric_problem: Ru
 
 
 def machine_problems(document: YamlDocument, config: RunConfig) -> list[Problem]:
-    """What keeps this machine from running the config: bf16 or a CUDA device without a CUDA GPU, a Dask runner
-    without prefect-dask."""
+    """What keeps this machine from running the config: bf16 or a CUDA device without a CUDA GPU, a Dask or Ray
+    runner without its Prefect integration."""
     problems = []
-    if config.runner.kind == "dask" and importlib.util.find_spec("prefect_dask") is None:
-        problems.append(document.problem(("runner", "kind"), "the dask runner needs prefect-dask, which is not "
-                                         "installed here: pip install 'mascot[dask]', or set runner.kind: threads"))
+    kind = config.runner.kind
+    if kind != "threads" and importlib.util.find_spec(f"prefect_{kind}") is None:
+        problems.append(document.problem(("runner", "kind"), f"the {kind} runner needs prefect-{kind}, which is not "
+                                         f"installed here: pip install 'mascot[{kind}]', or set runner.kind: threads"))
     return problems + _cuda_problems(document, config)
 
 

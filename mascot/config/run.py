@@ -81,13 +81,17 @@ class TrackingConfig(Section):
 
 
 class RunnerConfig(Section):
-    """Where a flow run's shards run: threads of the flow's process (the default), or a local Dask cluster."""
+    """Where a flow run's shards run: threads of the flow's process (the default), or the worker processes of a
+    local Dask or Ray cluster."""
 
-    kind: Literal["threads", "dask"] = Field(default="threads", description="threads: one process; dask: "
-                                             "worker processes of a local Dask cluster (the dask extra).")
-    workers: int = Field(default=2, ge=1, description="dask: worker processes.")
+    kind: Literal["threads", "dask", "ray"] = Field(default="threads", description="threads: one process; dask: "
+                                                    "worker processes of a local Dask cluster (the dask extra); ray: "
+                                                    "worker processes of a local Ray instance (the ray extra).")
+    workers: int = Field(default=2, ge=1, description="dask, ray: worker processes; on ray, also the shards "
+                         "that run at once.")
     threads_per_worker: int = Field(default=16, ge=1, description="dask: threads per worker; they mostly wait on "
-                                    "the backends' limits, which hold for all workers together.")
+                                    "the backends' limits, which hold for all workers together. Ray runs one shard "
+                                    "at a time in each worker.")
 
 
 class CacheConfig(Section):

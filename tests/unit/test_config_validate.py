@@ -329,14 +329,16 @@ def test_a_cuda_device_needs_a_gpu_too(workdir):
     _check(path, ["generation.device", "device 'cuda:1' is a CUDA GPU, and none is visible"])
 
 
-def test_a_dask_runner_needs_prefect_dask_on_the_machine(workdir, monkeypatch):
+@pytest.mark.parametrize("kind", ["dask", "ray"])
+def test_a_dask_or_ray_runner_needs_its_prefect_integration_on_the_machine(workdir, monkeypatch, kind):
     import importlib.util
 
-    path = _write(workdir, "dask.yaml", _set(_yaml(workdir / "tiny.yaml"), "runner", {"kind": "dask", "workers": 2}))
-    assert runner.invoke(app, ["config", "validate", str(path)]).exit_code == 0  # installed here (the dask extra)
+    path = _write(workdir, f"{kind}.yaml", _set(_yaml(workdir / "tiny.yaml"), "runner", {"kind": kind, "workers": 2}))
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "prefect_dask" else find_spec(name, *a))
-    _check(path, ["runner.kind", "the dask runner needs prefect-dask", "pip install 'mascot[dask]'"])
+    assert runner.invoke(app, ["config", "validate", str(path)]).exit_code == 0  # installed here (its extra, in all)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == f"prefect_{kind}"
+                        else find_spec(name, *a))
+    _check(path, ["runner.kind", f"the {kind} runner needs prefect-{kind}", f"pip install 'mascot[{kind}]'"])
 
 
 def test_shipped_rosters_rubrics_and_users_are_valid():
