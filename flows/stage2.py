@@ -36,6 +36,8 @@ from tasks import stage2 as steps
 from tasks.tracking import report_stage2
 
 DirectorMethod = Literal["grpo", "dpo"]
+
+
 @flow(name="stage2", flow_run_name=flow_run_name("stage2"), task_runner=threads())
 def stage2(config_path: str, run_name: str | None = None, director_method: DirectorMethod = "grpo",
            refresh: bool = False) -> dict[str, Artifact]:

@@ -10,11 +10,12 @@ Slots go first come, first served, by batch: the requests made inside one `reque
 several shards interleave. So the first shard to start is answered first, and it can be judged
 while later shards still sample, instead of every shard finishing at the very end.
 
-A flow run can also spread over processes (the Dask task runner's workers). Then the flow names a
-folder in MASCOT_LIMITS_DIR for all of them, and a limit is also a set of `size` slot files there: a
-request holds an exclusive lock on one of them while in flight (`fcntl.flock`), so the processes
-together never have more than `size` requests in flight. A process that dies lets go of its locks
-with it, so a crash never leaks a slot.
+A flow run can also spread over processes (the workers of a Dask or Ray task runner, or the
+processes of a training step under `accelerate launch`). Then a folder in MASCOT_LIMITS_DIR is named
+to all of them, and a limit is also a set of `size` slot files there: a request holds an exclusive
+lock on one of them while in flight (`fcntl.flock`), so the processes together never have more than
+`size` requests in flight. A process that dies lets go of its locks with it, so a crash never leaks
+a slot.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from collections.abc import AsyncIterator, Hashable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
 
-LIMITS_DIR = "MASCOT_LIMITS_DIR"  # set for the worker processes of one flow run
+LIMITS_DIR = "MASCOT_LIMITS_DIR"  # set for the processes of one flow run (or of one training launch)
 
 # When the batch of the running code began; requests outside any batch are a batch of their own.
 _batch_began: ContextVar[float | None] = ContextVar("batch_began", default=None)

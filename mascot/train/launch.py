@@ -42,7 +42,7 @@ def launched(config: TrainerConfig, train: Callable[..., Any], *args: Any, **kwa
         (Path(folder) / CALL).write_bytes(pickle.dumps((train, args, kwargs)))
         command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config.accelerate_config),
                    "--main_process_port", str(free_port()), "-m", __name__, folder]
-        # A flow run on Dask has a limits folder already; otherwise this launch's processes get one of their own.
+        # A flow run on Dask or Ray has a limits folder already; otherwise this launch's processes get one of their own.
         environment = {LIMITS_DIR: str(Path(folder) / "limits"), **os.environ}
         finished = subprocess.run(command, env=environment, check=False)
         if finished.returncode != 0:
