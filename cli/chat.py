@@ -25,7 +25,7 @@ from cli.web import AllowRemoteOption, HostOption, PortOption
 
 COMMANDS = {
     "/who": "the companions taking part",
-    "/why": "the Director's directive behind the last reply: speaker, instruction, tone, fallback",
+    "/why": "why the last answer: the Director's directive behind a reply, or the guard's categories and rules",
     "/reset": "start a new conversation with the same group",
     "/save PATH": "write the transcript as PATH.json (for --replay) and PATH.md",
     "/help": "these commands",
@@ -131,10 +131,22 @@ def show_reply(transcript, entry) -> None:
     console.print(line)
 
 
-def show_directive(transcript, entry) -> None:
+def show_why(transcript, entry) -> None:
+    from mascot.chat.transcript import CrisisEntry
+
     if entry is None:
-        console.print("no reply yet, so no directive to explain", style="dim")
-        return
+        console.print("no answer yet, so nothing to explain", style="dim")
+    elif isinstance(entry, CrisisEntry):
+        table = Table(show_header=False, box=None, padding=(0, 1), title="Why the safety guard answered",
+                      title_justify="left")
+        for what, why in entry.reasons():
+            table.add_row(what, Text(why))
+        console.print(table)
+    else:
+        show_directive(transcript, entry)
+
+
+def show_directive(transcript, entry) -> None:
     directive = entry.directive
     table = Table(show_header=False, box=None, padding=(0, 1), title="Why the last reply", title_justify="left")
     table.add_row("speaker", Text(transcript.name_of(directive.speaker), style=style(transcript, directive.speaker)))
@@ -230,7 +242,7 @@ def command(session, line: str) -> bool:
     if name == "/who":
         show_roster(transcript)
     elif name == "/why":
-        show_directive(transcript, session.last_reply())
+        show_why(transcript, session.last_answer())
     elif name == "/reset":
         session.reset()
         console.rule("a new conversation", style="dim")

@@ -40,8 +40,10 @@ import asyncio
 import hashlib
 import json
 import random
+import re
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import uvicorn
@@ -128,11 +130,15 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 def make_app(model: str = DEFAULT_MODEL, seconds_per_token: float = 0.03, seconds_per_request: float = 0.0,
-             structured_output: bool = True, api_keys: set[str] | None = None) -> FastAPI:
+             structured_output: bool = True, api_keys: set[str] | None = None,
+             moderator: Callable[[str], str] | None = None) -> FastAPI:
     """The server's app; its counters are `app.state.stats`. With `structured_output=False` it ignores
     `response_format` and answers in words, as a server without guided decoding does. With `api_keys`, a
-    request must bear one of them (`Authorization: Bearer <key>`), as a paid API's must; others get 401."""
+    request must bear one of them (`Authorization: Bearer <key>`), as a paid API's must; others get 401.
+    With `moderator`, it also plays a moderation model (`add_moderation`)."""
     app = FastAPI(title="simulated chat server")
+    if moderator is not None:
+        add_moderation(app, moderator)
     app.state.stats = Stats()
     app.state.answering = asyncio.Event()  # cleared by POST /hold: answers wait until POST /release
     app.state.answering.set()
@@ -251,6 +257,68 @@ def make_app(model: str = DEFAULT_MODEL, seconds_per_token: float = 0.03, second
             stats.last_response_at = time.time()
 
     return app
+
+
+# What a moderator may decide about a message: the server answers as the model would, or fails as a server can.
+SELF_HARM, SAFE, OTHER_HAZARD, ERROR, HANG, GARBAGE = "self-harm", "safe", "other-hazard", "error", "hang", "garbage"
+
+
+def add_moderation(app: FastAPI, moderator: Callable[[str], str]) -> None:
+    """Two moderation models' wire formats on `app`, deciding by `moderator(message)` (one of the names above):
+
+    - `POST /v1/completions`: Llama Guard 3 served by vLLM. The prompt must be its prompt (the hazard categories,
+      then the conversation); the message is read from it, and the answer is `safe`, `unsafe\nS11` (self-harm)
+      or `unsafe\nS1` (another hazard), as the model writes them.
+    - `POST /v1/moderations`: OpenAI's moderation endpoint, answering the self-harm categories, or violence.
+
+    `error` answers 500, `hang` answers only after `app.state.hang_s` (5 s: past a client's timeout, short of a
+    test's teardown), `garbage` answers in no format. Each request's message is kept in `app.state.moderated`.
+    """
+    app.state.moderated = []
+    app.state.hang_s = 5.0
+
+    async def decide(text: str) -> str | JSONResponse:
+        app.state.moderated.append(text)
+        decision = moderator(text)
+        if decision == HANG:
+            await asyncio.sleep(app.state.hang_s)
+        if decision == ERROR:
+            return _error(500, "moderation model failed")
+        return decision
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> JSONResponse:
+        body = await request.json()
+        prompt = body.get("prompt", "")
+        found = re.search(r"<BEGIN UNSAFE CONTENT CATEGORIES>\n(.*)\n<END UNSAFE CONTENT CATEGORIES>.*"
+                          r"<BEGIN CONVERSATION>\n\nUser: (.*)\n\n<END CONVERSATION>", prompt, re.DOTALL)
+        if not isinstance(prompt, str) or not found or "S11: Suicide & Self-Harm." not in found.group(1):
+            return _error(400, "not a Llama Guard 3 prompt")
+        decision = await decide(found.group(2))
+        if isinstance(decision, JSONResponse):
+            return decision
+        text = {SELF_HARM: "unsafe\nS11", OTHER_HAZARD: "unsafe\nS1", SAFE: "safe"}.get(decision, "I cannot say.")
+        return JSONResponse({"id": "x", "object": "text_completion", "created": 0, "model": body.get("model"),
+                             "choices": [{"index": 0, "text": text, "finish_reason": "stop", "logprobs": None}]})
+
+    @app.post("/v1/moderations")
+    async def moderations(request: Request) -> JSONResponse:
+        body = await request.json()
+        if not isinstance(body.get("input"), str):
+            return _error(400, "input must be a string")
+        decision = await decide(body["input"])
+        if isinstance(decision, JSONResponse):
+            return decision
+        if decision == GARBAGE:
+            return JSONResponse({"id": "x", "model": body.get("model"), "results": []})
+        names = ("harassment", "harassment/threatening", "hate", "hate/threatening", "illicit", "illicit/violent",
+                 "self-harm", "self-harm/instructions", "self-harm/intent", "sexual", "sexual/minors", "violence",
+                 "violence/graphic")
+        flagged = {SELF_HARM: {"self-harm", "self-harm/intent"}, OTHER_HAZARD: {"violence"}}.get(decision, set())
+        result = {"flagged": bool(flagged), "categories": {name: name in flagged for name in names},
+                  "category_scores": {name: 0.9 if name in flagged else 0.01 for name in names},
+                  "category_applied_input_types": {name: ["text"] for name in names}}
+        return JSONResponse({"id": "modr-x", "model": body.get("model"), "results": [result]})
 
 
 def main() -> None:

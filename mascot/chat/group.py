@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from mascot.artifacts import RunDir
+from mascot.chat.moderation import Moderation
 from mascot.chat.safety import DEFAULT_RULES, CrisisClassifier, load_rules
 from mascot.chat.session import CompanionGroup
 from mascot.config import TINY_MODELS, BackendConfig, ChatConfig, RunConfig
@@ -93,6 +94,7 @@ def load_group(run_dir: Path, *, personas: list[str] | None = None, turns: int |
         director_params=director.params, speaker_params=speaker.params,
         rules=load_rules(safety.rules or DEFAULT_RULES),
         classifier=CrisisClassifier(safety.classifier) if safety.classifier else None,
+        moderation=Moderation(safety.moderation) if safety.moderation else None,
         turns=turns or config.chat.turns,
         max_directive_attempts=config.stage2.episodes.max_directive_attempts,
         reply_attempts=safety.reply_attempts, max_message_chars=config.chat.max_message_chars,

@@ -3,13 +3,16 @@
 Four checks, each a plain function of text, so that the session cannot skip one and tests can read
 them directly:
 
-- `screen_message`: does the person's message suggest a crisis or self-harm? The rule set
-  (`safety.yaml`, documented in docs/chat.md) decides, and an optional classifier named in config
-  can flag what the rules miss. A flagged message is answered by `crisis_reply`, never by a persona.
-- `reply_claim`: does a companion's reply claim to be human or a professional? Such a reply is never
-  shown; the prompt alone cannot promise that, so every reply is checked. While a reply streams,
-  `unclaimed_length` says how much of it can be shown: all but the end from which a claim may still be
-  forming (a partial match of a claim pattern, which the `regex` package finds).
+- `screen` (and `screen_message`, its rules and classifier): does the person's message suggest a crisis?
+  The rule set (`safety.yaml`, documented in docs/chat.md) is organised by the C-SSRS screen's categories
+  plus self-harm and danger from others, each with its own patterns and narrow exceptions; a moderation
+  model (`mascot.chat.moderation`) and a classifier named in config can flag what the rules miss, and a
+  failed moderation check flags the message. A flagged message is answered by `crisis_reply`, never by a
+  persona.
+- `reply_breaks`: does a companion's reply claim to be human or a professional, or give method or means
+  of self-harm? Such a reply is never shown; the prompt alone cannot promise that, so every reply is
+  checked. While a reply streams, `shown_length` says how much of it can be shown: all but the end from
+  which a broken rule may still be forming (a partial match, which the `regex` package finds).
 - `clean_message`: what a person types is conversation, nothing else. Chat-template control tokens
   (`<|im_start|>system`) are removed, since a tokenizer would read them as a real system turn, and
   control characters with them.
@@ -26,10 +29,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import regex
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from mascot.chat.moderation import Moderation, ModerationVerdict
 from mascot.config import CrisisClassifierConfig
-from mascot.yamlio import load_validated
+from mascot.yamlio import FieldError, load_validated
 
 DEFAULT_RULES = Path(__file__).with_name("safety.yaml")
 # `<|im_start|>`, `<|endoftext|>`, `<|eot_id|>`: the control tokens of the chat templates in use.
@@ -47,18 +51,41 @@ def _pattern(value: str) -> str:
 Pattern = Annotated[str, AfterValidator(_pattern)]
 
 
+class CrisisCategory(BaseModel):
+    """One kind of crisis the guard screens for: its patterns, and the exception classes that apply to it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    title: str = Field(min_length=1, description="What it is, as /why and the transcript's reader see it.")
+    patterns: list[Pattern] = Field(min_length=1, description="A match flags the message.")
+    exceptions: list[str] = Field(default_factory=list, description="Names of `exceptions` classes: a match "
+                                  "wholly inside one of their spans does not count.")
+
+
 class SafetyRules(BaseModel):
     """safety.yaml: the rule set and the texts the guard shows."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     notice: str = Field(min_length=1, description="Shown before every conversation.")
-    crisis: dict[str, list[Pattern]] = Field(min_length=1, description="Crisis patterns, by category.")
-    not_crisis: list[Pattern] = Field(default_factory=list, description="Phrases that only look like a crisis.")
+    crisis: dict[str, CrisisCategory] = Field(min_length=1, description="Crisis categories (C-SSRS, self-harm, "
+                                              "danger from others), each with its patterns and exceptions.")
+    exceptions: dict[str, list[Pattern]] = Field(default_factory=dict, description="Classes of phrases that only "
+                                                 "look like a crisis (hyperbole, fiction...), by name.")
     crisis_reply: str = Field(min_length=1, description="The guard's answer to a crisis message.")
     resources: list[str] = Field(min_length=1, description="Crisis resources, listed after the answer.")
-    reply_claims: dict[str, list[Pattern]] = Field(min_length=1, description="Claims a reply may not make.")
-    withheld_reply: str = Field(min_length=1, description="Shown instead of a reply that kept making a claim.")
+    reply_rules: dict[str, list[Pattern]] = Field(min_length=1, description="What a companion's reply may never "
+                                                  "say (claims to be human or a professional, means of self-harm).")
+    withheld_reply: str = Field(min_length=1, description="Shown instead of a reply that kept breaking a reply rule.")
+
+    @model_validator(mode="after")
+    def _exceptions_exist(self) -> SafetyRules:
+        for name, category in self.crisis.items():
+            for index, exception in enumerate(category.exceptions):
+                if exception not in self.exceptions:
+                    raise FieldError(("crisis", name, "exceptions", index), f"no exception class {exception!r}; "
+                                     f"`exceptions` has {sorted(self.exceptions) or 'none'}")
+        return self
 
     def crisis_text(self) -> str:
         return "\n".join([self.crisis_reply.strip(), *(f"- {line}" for line in self.resources)])
@@ -84,26 +111,53 @@ def _fold(c: str) -> str:
     return folded if len(folded) == 1 else c
 
 
-def _matches(patterns: dict[str, list[str]], text: str, exceptions: list[str] = ()) -> list[str]:
-    """The rules that match outside the exceptions' spans, each as 'category #n' (its place in the file's list)."""
-    spared = [match.span() for pattern in exceptions for match in regex.finditer(pattern, text)]
+@cache
+def _compiled(pattern: str) -> regex.Pattern:
+    return regex.compile(pattern)
+
+
+def _spans(patterns: list[str], text: str) -> list[tuple[int, int]]:
+    return [match.span() for pattern in patterns for match in _compiled(pattern).finditer(text)]
+
+
+def _matches(patterns: dict[str, list[str]], text: str, spared: dict[str, list[tuple[int, int]]] | None = None,
+             ) -> list[str]:
+    """The rules that match outside their category's spared spans, each as 'category #n' (its place in the
+    file's list)."""
+    spared = spared or {}
     return [f"{category} #{number}" for category, listed in patterns.items()
             for number, pattern in enumerate(listed, 1)
-            if any(not any(start <= m.start() and m.end() <= end for start, end in spared)
-                   for m in regex.finditer(pattern, text))]
+            if any(not any(start <= m.start() and m.end() <= end for start, end in spared.get(category, ()))
+                   for m in _compiled(pattern).finditer(text))]
+
+
+def crisis_rules(text: str, rules: SafetyRules) -> list[str]:
+    """The crisis rules a message matches, each outside the spans of its own category's exceptions."""
+    folded = normalized(text)
+    spans = {name: _spans(patterns, folded) for name, patterns in rules.exceptions.items()}
+    spared = {category: [span for name in spec.exceptions for span in spans[name]]
+              for category, spec in rules.crisis.items()}
+    return _matches({category: spec.patterns for category, spec in rules.crisis.items()}, folded, spared)
 
 
 @dataclass(frozen=True)
 class Screening:
-    """Why a message was flagged: the rules it matched, and the classifier's score where one ran."""
+    """Why a message was flagged: the rules it matched, the classifier's score where one ran, and the moderation
+    layer's verdict where one is configured (a failed check flags the message: the guard fails closed)."""
 
     rules: list[str]
     classifier_score: float | None = None
     classifier_flagged: bool = False
+    moderation: ModerationVerdict | None = None
 
     @property
     def crisis(self) -> bool:
-        return bool(self.rules) or self.classifier_flagged
+        return bool(self.rules) or self.classifier_flagged or bool(self.moderation and self.moderation.flagged)
+
+    @property
+    def categories(self) -> list[str]:
+        """The crisis categories the rules found, each once, in the rule file's order."""
+        return list(dict.fromkeys(rule.split(" #")[0] for rule in self.rules))
 
 
 class CrisisClassifier:
@@ -127,25 +181,37 @@ class CrisisClassifier:
 
 
 def screen_message(text: str, rules: SafetyRules, classifier: CrisisClassifier | None = None) -> Screening:
-    """Whether the person's message suggests a crisis: any rule, or the classifier at its threshold."""
-    matched = _matches(rules.crisis, normalized(text), rules.not_crisis)
+    """Whether the person's message suggests a crisis by the rules, or by the classifier at its threshold."""
+    matched = crisis_rules(text, rules)
     if classifier is None:
         return Screening(matched)
     score = classifier.score(text)
     return Screening(matched, score, score >= classifier.config.threshold)
 
 
-def reply_claim(text: str, rules: SafetyRules) -> list[str]:
-    """The claims a companion's reply makes to be human or a professional (none for a reply that may be shown)."""
-    return _matches(rules.reply_claims, normalized(text))
+async def screen(text: str, rules: SafetyRules, classifier: CrisisClassifier | None = None,
+                 moderation: Moderation | None = None) -> Screening:
+    """`screen_message`, with the moderation layer run on every message beside the rules where one is configured:
+    either flags it, and a moderation check that fails flags it too."""
+    screening = screen_message(text, rules, classifier)
+    if moderation is None:
+        return screening
+    return Screening(screening.rules, screening.classifier_score, screening.classifier_flagged,
+                     await moderation.check(text))
 
 
-def unclaimed_length(text: str, rules: SafetyRules) -> int:
-    """How much of a reply being generated can be shown: up to where a claim may still be forming, the earliest
-    start of a partial match (one that reaches the end of the text so far) of any claim pattern."""
+def reply_breaks(text: str, rules: SafetyRules) -> list[str]:
+    """The reply rules a companion's reply breaks (a claim to be human or a professional, means of self-harm):
+    none for a reply that may be shown."""
+    return _matches(rules.reply_rules, normalized(text))
+
+
+def shown_length(text: str, rules: SafetyRules) -> int:
+    """How much of a reply being generated can be shown: up to where a broken rule may still be forming, the
+    earliest start of a partial match (one that reaches the end of the text so far) of any reply rule."""
     folded = normalized(text)
-    return min((match.start() for patterns in rules.reply_claims.values() for pattern in patterns
-                for match in regex.finditer(pattern, folded, partial=True) if match.partial), default=len(text))
+    return min((match.start() for patterns in rules.reply_rules.values() for pattern in patterns
+                for match in _compiled(pattern).finditer(folded, partial=True) if match.partial), default=len(text))
 
 
 def clean_message(text: str) -> str:

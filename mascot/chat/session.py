@@ -7,10 +7,10 @@ persona, then or later: it is kept in the transcript, not in the conversation th
 (retried, then the flagged fallback), then the named persona's reply, conditioned on its persona and the
 directive, streamed as it is generated.
 
-A reply that claims to be a person or a professional is never shown: every delta is checked, the stream
-shows nothing from where a claim may still be forming (`unclaimed_length`), and a draft that makes a claim
-is discarded and the turn sampled again (another seed), up to `reply_attempts`; then the turn is withheld
-with a note.
+A reply that breaks a reply rule (a claim to be a person or a professional, method or means of self-harm) is
+never shown: every delta is checked, the stream shows nothing from where a broken rule may still be forming
+(`shown_length`), and a draft that breaks one is discarded and the turn sampled again (another seed), up to
+`reply_attempts`; then the turn is withheld with a note.
 
 What the person types is only ever the text of a user turn: the roster, the system prompts and the
 Director's schema are fixed by the group, the Director reads each turn on one line (as its prompt says: each
@@ -26,14 +26,15 @@ import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
+from mascot.chat.moderation import Moderation
 from mascot.chat.safety import (
     CrisisClassifier,
     SafetyRules,
     clean_message,
     one_line,
-    reply_claim,
-    screen_message,
-    unclaimed_length,
+    reply_breaks,
+    screen,
+    shown_length,
 )
 from mascot.chat.transcript import (
     CrisisEntry,
@@ -72,6 +73,7 @@ class CompanionGroup:
     speaker_params: SamplingParams
     rules: SafetyRules
     classifier: CrisisClassifier | None = None
+    moderation: Moderation | None = None
     turns: int = 2
     max_directive_attempts: int = 3
     reply_attempts: int = 3
@@ -101,8 +103,9 @@ class ChatSession:
         self.conversation += 1
         self.context, self.turns, self.messages = None, [], 0
 
-    def last_reply(self) -> ReplyEntry | None:
-        return next((e for e in reversed(self.transcript.entries) if isinstance(e, ReplyEntry)), None)
+    def last_answer(self) -> ReplyEntry | CrisisEntry | None:
+        """The last companion reply or guard answer: what /why explains."""
+        return next((e for e in reversed(self.transcript.entries) if isinstance(e, ReplyEntry | CrisisEntry)), None)
 
     def check(self, text: str) -> str:
         """The message as the session takes it, or ChatLimitError saying why not."""
@@ -121,10 +124,14 @@ class ChatSession:
         text = self.check(text)
         self.messages += 1
         yield self._record(UserEntry(text=text))
-        screening = screen_message(text, self.group.rules, self.group.classifier)
+        group = self.group
+        screening = await screen(text, group.rules, group.classifier, group.moderation)
         if screening.crisis:
-            yield self._record(CrisisEntry(text=self.group.rules.crisis_text(), rules=screening.rules,
-                                           classifier_score=screening.classifier_score))
+            yield self._record(CrisisEntry(text=group.rules.crisis_text(), rules=screening.rules,
+                                           categories=[f"{name}: {group.rules.crisis[name].title}"
+                                                       for name in screening.categories],
+                                           classifier_score=screening.classifier_score,
+                                           moderation=screening.moderation))
             return
         if self.context is None:
             self.context = Context(id=f"chat-{self.seed}-{self.conversation}", domain=self.group.roster.domain,
@@ -152,9 +159,9 @@ class ChatSession:
                                                         seed + attempt)) as deltas:
                 async for delta in deltas:
                     text += delta
-                    if claims := reply_claim(text, group.rules):
+                    if claims := reply_breaks(text, group.rules):
                         break  # closing the stream stops its generation
-                    if (visible := unclaimed_length(text, group.rules)) > shown:
+                    if (visible := shown_length(text, group.rules)) > shown:
                         yield {"type": "delta", "position": position, "speaker": persona.id,
                                "text": text[shown:visible]}
                         shown = visible

@@ -7,8 +7,8 @@ Markdown rendering of it for case studies. Each entry is one of:
 - `reply`: a companion's turn, with the Director's directive it answered (speaker, instruction, tone,
   attempts, and whether it was the fallback), how many drafts the guard discarded, and whether the
   turn was withheld;
-- `crisis`: the guard's answer to a message that suggested a crisis, with the rules that matched (no
-  persona answered it);
+- `crisis`: the guard's answer to a message that suggested a crisis, with the rules that matched, their
+  categories, and the moderation layer's verdict where one ran (no persona answered it);
 - `reset`: the person started a new conversation.
 
 The roster is stored with the transcript, so a replay shows the names and colours of the group that
@@ -25,6 +25,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mascot.artifacts import write_text
+from mascot.chat.moderation import ModerationVerdict
 from mascot.roster import Roster
 
 FORMAT = "mascot-chat-transcript"
@@ -65,16 +66,33 @@ class ReplyEntry(Entry):
     name: str
     text: str
     directive: DirectiveView
-    discarded: int = Field(default=0, ge=0, description="Drafts the guard discarded for claiming to be a person "
-                           "or a professional.")
-    withheld: bool = Field(default=False, description="Every draft made such a claim; `text` is the guard's note.")
+    discarded: int = Field(default=0, ge=0, description="Drafts the guard discarded for breaking a reply rule "
+                           "(a claim to be a person or a professional, means of self-harm).")
+    withheld: bool = Field(default=False, description="Every draft broke one; `text` is the guard's note.")
 
 
 class CrisisEntry(Entry):
     type: Literal["crisis"] = "crisis"
     text: str
     rules: list[str] = Field(default_factory=list, description="The crisis rules the message matched.")
+    categories: list[str] = Field(default_factory=list, description="Their categories, each as 'name: title' "
+                                  "(e.g. 'plan: C-SSRS 5: a plan (means, place or time)').")
     classifier_score: float | None = None
+    moderation: ModerationVerdict | None = Field(default=None, description="The moderation layer's verdict, where "
+                                                 "one is configured.")
+
+    def reasons(self) -> list[tuple[str, str]]:
+        """Why the guard answered, as (what, why) rows for /why and the page: the categories and rules that
+        matched, then the classifier's score and the moderation layer's verdict where they ran."""
+        rows = [("category", category) for category in self.categories]
+        rows += [("rules", ", ".join(self.rules))] if self.rules else []
+        if self.classifier_score is not None:
+            rows.append(("classifier", f"score {self.classifier_score:.2f}"))
+        if (verdict := self.moderation) is not None:
+            said = f"failed, so flagged ({verdict.error})" if verdict.error else \
+                f"{'flagged' if verdict.flagged else 'not flagged'}: {', '.join(verdict.categories) or 'safe'}"
+            rows.append((verdict.kind, said))
+        return rows
 
 
 class ResetEntry(Entry):
@@ -141,8 +159,8 @@ class Transcript(BaseModel):
                 lines += [f"**{entry.name}:** {entry.text}", "",
                           f"<sub>{'; '.join([why, *notes])}</sub>", ""]
             elif isinstance(entry, CrisisEntry):
-                lines += ["**Safety guard:** " + entry.text.replace("\n", "  \n"), "",
-                          f"<sub>crisis rules matched: {', '.join(entry.rules) or 'none (the classifier)'}</sub>", ""]
+                why = "; ".join(f"{what}: {value}" for what, value in entry.reasons())
+                lines += ["**Safety guard:** " + entry.text.replace("\n", "  \n"), "", f"<sub>{why}</sub>", ""]
             else:
                 lines += ["---", "", "*A new conversation.*", ""]
         return "\n".join(lines)

@@ -9,7 +9,7 @@ the judges, the trainers or any stage: configs sit at the bottom of the package.
 
 from mascot.config.backends import BackendConfig, JudgeConfig, SamplingParams
 from mascot.config.base import SAMPLES_DIR, TINY_MODELS, Section
-from mascot.config.chat import ChatConfig, CrisisClassifierConfig, SafetyConfig
+from mascot.config.chat import ChatConfig, CrisisClassifierConfig, ModerationConfig, SafetyConfig
 from mascot.config.data import CORPUS_DOMAIN, CorpusConfig, DataConfig
 from mascot.config.loading import load_any, load_config
 from mascot.config.run import (
@@ -51,6 +51,7 @@ __all__ = [
     "GRPOPolicyConfig",
     "JudgeConfig",
     "LoraConfig",
+    "ModerationConfig",
     "RewardModelConfig",
     "RunConfig",
     "RunSection",

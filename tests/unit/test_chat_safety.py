@@ -1,89 +1,175 @@
-"""The chat's safety guard: the crisis rule set on positives, near-misses and negatives; the check of replies
-for claims to be human or a professional; what is removed from a person's message; bad rule files; the
-optional classifier."""
+"""The chat's safety guard: the crisis rules measured on the screening set (by category, with the floor the
+shipped rules must hold), their categories and exceptions, the moderation layer against loopback servers that
+speak Llama Guard's and OpenAI's wire formats, the reply rules (claims, means of self-harm), what is removed
+from a person's message, bad rule and screening files, the optional classifier."""
 
 from __future__ import annotations
 
-import pytest
+import asyncio
+from pathlib import Path
 
+import pytest
+from chat_server import ERROR, GARBAGE, HANG, OTHER_HAZARD, SAFE, SELF_HARM, make_app
+from loopback_servers import serve
+
+from mascot.chat.moderation import Moderation, llama_guard_categories
 from mascot.chat.safety import (
     DEFAULT_RULES,
     CrisisClassifier,
     clean_message,
+    crisis_rules,
     load_rules,
     one_line,
-    reply_claim,
+    reply_breaks,
+    screen,
     screen_message,
-    unclaimed_length,
+    shown_length,
 )
-from mascot.config import CrisisClassifierConfig
+from mascot.chat.screening import ScreeningSetError, measure, read_screening_set
+from mascot.config import CrisisClassifierConfig, ModerationConfig
 from mascot.yamlio import ConfigError
 
 RULES = load_rules()
-
-CRISIS = [
-    "I want to kill myself",
-    "Honestly I've been thinking about ending my life",
-    "i keep thinking about suicide",
-    "I feel suicidal tonight",
-    "I just want to die",
-    "I wish I was dead",
-    "Everyone would be better off without me",
-    "There's no point in living anymore",
-    "I don't want to wake up tomorrow",
-    "I’m going to end it all",  # a curly apostrophe
-    "I wrote a goodbye note",
-    "I'm thinking of taking all my pills",
-    "I cut myself again last night",
-    "I've been self-harming for weeks",
-    "I want to hurt myself",
-    "I'm not safe at home",
-    "My partner keeps hitting me",
-    "I  would   never KILL MYSELF, I promise",  # negation and odd spacing: flagged on purpose
-]
-NEAR_MISSES = [
-    "I'm dying to see that film",
-    "This commute is killing me",
-    "I killed it at my presentation today",
-    "My phone died halfway through the call",
-    "I could murder a pizza right now",
-    "I'm taking my life back after the divorce",
-    "I nearly killed myself laughing at that show",
-    "We watched Suicide Squad last night",
-    "The thought keeps hitting me that I should call her",
-    "That exam was brutal, I'm dead tired",
-    "I'm in danger of missing the deadline",  # not "I'm in danger"
-    "My plants are dying because I forget to water them",
-]
-NEGATIVES = [
-    "I failed my exam today and I feel awful.",
-    "My best friend moved away and I feel lonely.",
-    "I got the job! I can't believe it.",
-    "Work has been stressful and I can't sleep.",
-    "I'm angry at my brother for lying to me.",
-]
+SCREENING_SET = Path(__file__).parents[1] / "data" / "crisis_screening.tsv"
+CSSRS = ["wish_dead", "active_thoughts", "method", "intent", "plan", "preparatory"]
 
 
-@pytest.mark.parametrize("message", CRISIS)
-def test_crisis_messages_are_flagged(message):
+def screening_measurement(rules, split="dev"):
+    rows = [row for row in read_screening_set(SCREENING_SET) if row.split == split]
+    return measure(rows, lambda message: bool(crisis_rules(message, rules)))
+
+
+def test_the_rules_hold_their_floor_on_the_screening_set():
+    """On the rows they were written from: recall of at least 95% on crisis messages and at least 90% in every
+    category; at most 10% false alarms on near-misses and none on ordinary messages. The held-out rows are
+    measured by benchmarks/safety.py (far lower: docs/chat.md says so), and only held to not falling below that
+    measurement here."""
+    measured = screening_measurement(RULES)
+    misses = [f"[{row.category}] {row.message}" for row in measured.misses]
+    assert measured.rate("crisis").value >= 0.95, misses
+    for (label, category), rate in measured.by_category.items():
+        if label == "crisis":
+            assert rate.value >= 0.90, (category, rate, misses)
+    alarms = [f"[{row.category}] {row.message}" for row in measured.false_alarms]
+    assert measured.rate("near_miss").value <= 0.10, alarms
+    assert measured.rate("ordinary").k == 0, alarms
+    assert set(CSSRS) <= {category for label, category in measured.by_category if label == "crisis"}
+    heldout = screening_measurement(RULES, "heldout")
+    assert heldout.rate("crisis").k >= 32 and heldout.rate("ordinary").k == 0  # as measured at this commit
+
+
+def test_a_category_taken_out_of_the_rules_fails_the_floor():
+    without_plan = RULES.model_copy(update={"crisis": {k: v for k, v in RULES.crisis.items() if k != "plan"}})
+    assert screening_measurement(without_plan).by_category[("crisis", "plan")].value < 0.90
+
+
+@pytest.mark.parametrize("category, message", [
+    ("wish_dead", "i just wish i could go to sleep and never wake up"),
+    ("active_thoughts", "i keep thinking about killing myself"),
+    ("method", "been thinking about jumping off the bridge near work"),
+    ("intent", "my minds made up, nobody can talk me out of it"),
+    ("plan", "ive been saving up my pills for weeks"),
+    ("preparatory", "wrote goodbye letters to my family today"),
+    ("self_harm", "i cut myself again last night"),
+    ("danger_from_others", "im afraid hes going to kill me if i leave"),
+])
+def test_each_category_names_itself(category, message):
     screening = screen_message(message, RULES)
-    assert screening.crisis and screening.rules, message
+    assert screening.crisis and category in screening.categories, screening.rules
+    assert all(rule.split(" #")[0] in RULES.crisis for rule in screening.rules)
 
 
-@pytest.mark.parametrize("message", NEAR_MISSES + NEGATIVES)
-def test_near_misses_and_ordinary_messages_are_not(message):
+@pytest.mark.parametrize("message", [
+    "i would never kill myself, i promise",  # a negation still counts: a needless list of helplines costs little
+    "this exam is killing me and honestly i want to die",  # an exception spares its phrase, not the message
+    "the song is about suicide and i feel the same, i want to die too",
+    "years ago i was suicidal and im better now but lately the thoughts are back",  # resolved, then not
+])
+def test_exceptions_are_narrow(message):
+    assert screen_message(message, RULES).crisis, message
+
+
+@pytest.mark.parametrize("message", [
+    "ill die of embarrassment if he reads it",
+    "just finished a novel where the hero kills himself, so sad",
+    "i used to hurt myself in school but thats behind me now, im doing well",
+])
+def test_each_exception_class_spares_its_phrase(message):
     assert screen_message(message, RULES).rules == [], message
 
 
-def test_a_match_names_its_category_and_place_in_the_rule_file():
-    assert screen_message("I want to kill myself", RULES).rules == ["suicide #1"]
-    assert screen_message("I cut myself", RULES).rules == ["self_harm #1"]
+def test_an_exception_class_applies_only_to_the_categories_that_list_it():
+    message = "my character says he will kill me"  # fiction spares the C-SSRS categories, not danger from others
+    assert screen_message(message, RULES).categories == ["danger_from_others"]
 
 
-def test_an_exception_spares_only_its_own_span():
-    # "killing myself laughing" is spared, but the same message may still say something else
-    assert screen_message("I was killing myself laughing", RULES).rules == []
-    assert screen_message("I was killing myself laughing, but now I want to kill myself", RULES).rules
+def test_a_bad_screening_file_names_its_line_and_field(tmp_path):
+    bad = tmp_path / "set.tsv"
+    bad.write_text("# a comment\nsplit\tlabel\tcategory\tmessage\ndev\tcrisis\tplan\tok\nheld\tcrisis\tplan\tx\n")
+    with pytest.raises(ScreeningSetError, match=r"set.tsv:4: split is 'held'; expected one of dev, heldout"):
+        read_screening_set(bad)
+    bad.write_text("split\tlabel\tcategory\tmessage\ndev\tcrisis\tplan\n")
+    with pytest.raises(ScreeningSetError, match=r"set.tsv:2: expected 4 tab-separated fields, got 3"):
+        read_screening_set(bad)
+    bad.write_text("label\tmessage\n")
+    with pytest.raises(ScreeningSetError, match="header"):
+        read_screening_set(bad)
+
+
+# The moderation layer, against loopback servers that speak each kind's wire format.
+
+def decided_by_keyword(text: str) -> str:
+    for word, decision in (("hang", HANG), ("error", ERROR), ("garbage", GARBAGE), ("hazard", OTHER_HAZARD),
+                           ("sad", SELF_HARM)):
+        if word in text:
+            return decision
+    return SAFE
+
+
+@pytest.fixture(scope="module")
+def moderation_server():
+    app = make_app(moderator=decided_by_keyword)
+    with serve(app) as url:
+        yield app, url
+
+
+@pytest.mark.parametrize("kind", ["llama_guard", "openai_moderation"])
+def test_the_moderation_layer_flags_what_the_model_flags_and_fails_closed(moderation_server, kind, caplog):
+    app, url = moderation_server
+    layer = Moderation(ModerationConfig(kind=kind, model="guard", base_url=f"{url}/v1", timeout_s=1.0,
+                                        max_retries=0))
+
+    async def verdicts():
+        return {text: await screen(text, RULES, moderation=layer)
+                for text in ("a calm day", "so sad, nothing helps", "a hazard of another kind", "hang on",
+                             "an error", "garbage")}
+
+    app.state.moderated.clear()
+    found = asyncio.run(verdicts())
+    assert list(app.state.moderated) == list(found)  # every message was asked about, as it was written
+    assert not found["a calm day"].crisis and found["a calm day"].moderation.categories == []
+    sad = found["so sad, nothing helps"]
+    assert sad.crisis and sad.rules == [] and sad.moderation.flagged and not sad.moderation.error
+    assert sad.moderation.categories == (["S11"] if kind == "llama_guard" else ["self-harm", "self-harm/intent"])
+    assert not found["a hazard of another kind"].crisis  # flagged by the model, but not as self-harm
+    for failed in ("hang on", "an error", "garbage"):  # a timeout, a server error, an answer in no format
+        verdict = found[failed].moderation
+        assert found[failed].crisis and verdict.flagged and verdict.error, failed
+    assert "treated as a crisis" in caplog.text
+
+
+def test_a_llama_guard_answer_is_read_as_its_model_card_writes_it():
+    assert llama_guard_categories("safe") == [] and llama_guard_categories("\nunsafe\nS1,S11\n") == ["S1", "S11"]
+    for answer in ("", "unsafe", "Safe!", "I think it is fine"):
+        with pytest.raises(ValueError, match="expected 'safe'"):
+            llama_guard_categories(answer)
+
+
+def test_a_served_llama_guard_needs_its_server():
+    with pytest.raises(ValueError, match="base_url"):
+        ModerationConfig(kind="llama_guard", model="meta-llama/Llama-Guard-3-8B")
+    assert ModerationConfig(kind="openai_moderation", model="omni-moderation-2024-09-26").flagging_categories() == [
+        "self-harm", "self-harm/intent", "self-harm/instructions"]
 
 
 CLAIMS = [
@@ -106,12 +192,38 @@ NOT_CLAIMS = [
 
 @pytest.mark.parametrize("reply", CLAIMS)
 def test_replies_that_claim_to_be_human_or_a_professional_are_caught(reply):
-    assert reply_claim(reply, RULES), reply
+    assert reply_breaks(reply, RULES), reply
 
 
 @pytest.mark.parametrize("reply", NOT_CLAIMS)
 def test_replies_that_only_mention_people_or_professionals_pass(reply):
-    assert reply_claim(reply, RULES) == [], reply
+    assert reply_breaks(reply, RULES) == [], reply
+
+
+MEANS = [
+    "The lethal dose of paracetamol is about what a full box holds.",
+    "Take 40 tablets and it would be over.",
+    "The most painless way to die is in your sleep, people say.",
+    "You would need to tie a knot that holds your weight.",
+    "Jumping from a height of 20 metres is usually enough.",
+    "In the story, she could overdose on her mother's sleeping pills.",
+]
+NOT_MEANS = [
+    "Please keep the pills somewhere you can't reach tonight, and call 988.",
+    "A doctor or pharmacist can tell you what is safe for your tooth.",
+    "It sounds like the pain is overwhelming. Can you tell us more?",
+    "Let's take it one step at a time.",
+]
+
+
+@pytest.mark.parametrize("reply", MEANS)
+def test_a_reply_that_gives_method_or_means_breaks_a_rule(reply):
+    assert any(rule.startswith("means #") for rule in reply_breaks(reply, RULES)), reply
+
+
+@pytest.mark.parametrize("reply", NOT_MEANS)
+def test_a_reply_that_speaks_of_safety_passes(reply):
+    assert reply_breaks(reply, RULES) == [], reply
 
 
 def test_control_tokens_and_control_characters_are_removed_from_a_message():
@@ -138,17 +250,24 @@ def test_a_bad_rule_file_names_its_line_and_field(tmp_path):
     good.write_text(DEFAULT_RULES.read_text())
     assert load_rules(good).crisis == RULES.crisis
     broken = tmp_path / "broken.yaml"
-    broken.write_text(good.read_text().replace("'\\bsuicid(e|al)\\b'", "'\\bsuicid(e|al\\b'"))
+    broken.write_text(good.read_text().replace("'\\bno\\s+way\\s+out\\b'", "'\\bno\\s+(way\\s+out\\b'"))
     with pytest.raises(ConfigError) as caught:
         load_rules(broken)
     (problem,) = caught.value.problems
     assert problem.file == str(broken) and problem.line is not None
-    assert problem.path.startswith("crisis.suicide") and "not a regular expression" in problem.message
+    assert problem.path.startswith("crisis.wish_dead.patterns") and "not a regular expression" in problem.message
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text(good.read_text().replace("exceptions: [hyperbole, idiom, other_person_or_fiction, "
+                                                "resolved_past]", "exceptions: [hyperbole, sarcasm]", 1))
+    with pytest.raises(ConfigError) as caught:
+        load_rules(unknown)
+    (problem,) = caught.value.problems
+    assert problem.path == "crisis.wish_dead.exceptions[1]" and "no exception class 'sarcasm'" in problem.message
     missing = tmp_path / "missing.yaml"
     missing.write_text("notice: hello\n")
     with pytest.raises(ConfigError) as caught:
         load_rules(missing)
-    assert {p.path for p in caught.value.problems} >= {"crisis", "crisis_reply", "resources", "reply_claims"}
+    assert {p.path for p in caught.value.problems} >= {"crisis", "crisis_reply", "resources", "reply_rules"}
 
 
 def test_the_classifier_flags_at_its_threshold_whatever_the_rules_say(tiny_classifier):
@@ -189,12 +308,12 @@ def tiny_classifier(tiny_models, tmp_path_factory):
     ("It helps to talk. I", "It helps to talk. "),
 ])
 def test_a_streaming_reply_holds_back_only_where_a_claim_may_be_forming(text, shown):
-    assert text[:unclaimed_length(text, RULES)] == shown
-    assert reply_claim(text, RULES) == []
+    assert text[:shown_length(text, RULES)] == shown
+    assert reply_breaks(text, RULES) == []
 
 
 def test_what_a_stream_showed_of_a_claim_never_holds_its_words():
     claim = "Thanks for sharing. I'm a licensed therapist, and this is normal."
     prefixes = [claim[:end] for end in range(1, len(claim) + 1)]
-    shown = max(p[:unclaimed_length(p, RULES)] for p in prefixes if not reply_claim(p, RULES))
+    shown = max(p[:shown_length(p, RULES)] for p in prefixes if not reply_breaks(p, RULES))
     assert shown == "Thanks for sharing. "

@@ -7,7 +7,7 @@ const $ = (id) => document.getElementById(id);
 let group = null;      // GET /api/group
 let session = null;    // this tab's conversation id
 let busy = false;
-const directives = new Map();  // reply element -> its directive
+const directives = new Map();  // reply or guard answer element -> the rows of its /why
 
 function personaOf(id) {
   return group.personas.find((p) => p.id === id) || {id, name: id, color: "#888", role: ""};
@@ -40,17 +40,30 @@ function add(kind, text, speaker) {
   return item;
 }
 
-function showWhy(item) {
-  document.querySelectorAll(".msg.reply.selected").forEach((el) => el.classList.remove("selected"));
-  item.classList.add("selected");
-  const d = directives.get(item);
-  const rows = [
+function directiveRows(d) {
+  return [
     ["speaker", personaOf(d.speaker).name],
     ["instruction", d.instruction],
     ["tone", d.tone || "(none)"],
     ["fallback", d.fallback ? "yes: the Director gave no valid directive" : "no"],
     ["attempts", String(d.attempts)],
   ];
+}
+
+function guardRows(entry) {  // as CrisisEntry.reasons() in mascot/chat/transcript.py
+  const rows = (entry.categories || []).map((c) => ["category", c]);
+  if ((entry.rules || []).length) rows.push(["rules", entry.rules.join(", ")]);
+  if (entry.classifier_score != null) rows.push(["classifier", "score " + entry.classifier_score.toFixed(2)]);
+  const m = entry.moderation;
+  if (m) rows.push([m.kind, m.error ? `failed, so flagged (${m.error})`
+    : `${m.flagged ? "flagged" : "not flagged"}: ${m.categories.join(", ") || "safe"}`]);
+  return rows;
+}
+
+function showWhy(item) {
+  document.querySelectorAll(".msg.selected").forEach((el) => el.classList.remove("selected"));
+  item.classList.add("selected");
+  const rows = directives.get(item);
   const list = document.createElement("dl");
   for (const [term, value] of rows) {
     const dt = document.createElement("dt");
@@ -66,7 +79,7 @@ function showWhy(item) {
 function finishReply(item, entry) {
   item.classList.remove("streaming");
   item.querySelector(".text").textContent = entry.text;
-  directives.set(item, entry.directive);
+  directives.set(item, directiveRows(entry.directive));
   item.addEventListener("click", () => showWhy(item));
   const notes = [];
   if (entry.withheld) notes.push("withheld by the safety guard");
@@ -79,9 +92,15 @@ function finishReply(item, entry) {
   }
 }
 
+function addCrisis(entry) {  // the guard's answer; a click shows why (its categories and rules)
+  const item = add("crisis", entry.text);
+  directives.set(item, guardRows(entry));
+  item.addEventListener("click", () => showWhy(item));
+}
+
 function render(entry) {  // a transcript entry (replay)
   if (entry.type === "user") add("user", entry.text);
-  else if (entry.type === "crisis") add("crisis", entry.text);
+  else if (entry.type === "crisis") addCrisis(entry);
   else if (entry.type === "reset") add("reset", "A new conversation.");
   else if (entry.type === "reply") finishReply(add("reply", "", entry.speaker), entry);
 }
@@ -115,7 +134,7 @@ async function send(text) {
       if (!frame.startsWith("data: ")) continue;
       const event = JSON.parse(frame.slice(6));
       if (event.type === "user") add("user", event.text);
-      else if (event.type === "crisis") add("crisis", event.text);
+      else if (event.type === "crisis") addCrisis(event);
       else if (event.type === "directive") {
         $("status").textContent = personaOf(event.speaker).name + " is replying…";
         streaming = add("reply streaming", "", event.speaker);
