@@ -75,12 +75,13 @@ def start(
     log = (log or prefect_home() / "server.log").expanduser().resolve()
     log.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "prefect", "server", "start", "--host", host, "--port", str(port)]
+    env, ui_api = server_environment(api)
     with log.open("ab") as output:
         output.write(f"\n--- mascot server start: {' '.join(command)} ({time.strftime('%Y-%m-%d %H:%M:%S')})\n"
                      .encode())
         output.flush()
         server = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
+                                  env=env, start_new_session=True)
     with console.status(f"starting Prefect's server at {url} (log: {log})"):
         deadline = time.monotonic() + timeout
         while not answers(api):
@@ -93,9 +94,11 @@ def start(
     _write_state({"pid": server.pid, "api": api, "log": str(log)})
     console.print(f"[green]Prefect server running[/green] at {url} (pid {server.pid}); log: {log}",
                   highlight=False, soft_wrap=True)
+    console.print(f"Its UI: {url} (it reaches the API at {redact_url(ui_api)})", highlight=False, soft_wrap=True)
     if host not in {"127.0.0.1", "localhost", "::1"}:
         console.print(f"[yellow]It listens on {host}: anyone who can reach this machine can use its API, which "
-                      "has no authentication.[/yellow]", soft_wrap=True)
+                      "has no authentication.[/yellow] A browser on another machine needs PREFECT_UI_API_URL set, "
+                      "before the start, to the address at which it reaches the API.", soft_wrap=True)
     _print_api_url(api)
     console.print("Stop it with `mascot server stop`.", highlight=False)
 
@@ -152,6 +155,22 @@ def status():
     else:
         console.print("PREFECT_API_URL: not set, so each `mascot run` starts a temporary server", highlight=False)
     raise typer.Exit(0 if answering else 1)
+
+
+def server_environment(api: str) -> tuple[dict[str, str], str]:
+    """The server's environment, and the API URL its UI will use: this server's `api`, unless the user chose one.
+
+    Prefect hands the UI PREFECT_UI_API_URL, else PREFECT_API_URL, else its default host and port (4200). So
+    a server started with --port, or while PREFECT_API_URL (or the active profile) names another server,
+    would serve a UI that talks to the wrong API. A UI API URL the user set, in the environment, a profile
+    or a settings file, is kept: it is how a UI reached through a proxy or another host finds its API.
+    """
+    from prefect.settings import get_current_settings  # here only: `mascot run` must not import Prefect early
+
+    ui = get_current_settings().server.ui
+    if "api_url" in ui.model_fields_set:  # Prefect leaves a default it derived itself out of the set fields
+        return dict(os.environ), ui.api_url
+    return {**os.environ, "PREFECT_UI_API_URL": api}, api
 
 
 def _print_api_url(api: str) -> None:

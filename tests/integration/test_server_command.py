@@ -75,6 +75,10 @@ def test_start_status_a_second_start_and_stop(tmp_path):
     assert f"PREFECT_API_URL={api}" in said(started)
     [pid] = servers_on(port)
     assert (tmp_path / "prefect" / "server.log").exists()
+    # The UI reads its API's address from the settings endpoint, as its page does at load: this server's,
+    # not Prefect's default port (4200) that a server started with --port would otherwise hand it.
+    ui = httpx.get(f"http://127.0.0.1:{port}/ui-settings", timeout=10).raise_for_status().json()
+    assert ui["api_url"] == api, ui
 
     # The server outlives the command; the bug it replaces died at its next log line, within seconds.
     # A work pool is created (the server logs), and it still answers afterwards.
@@ -125,3 +129,26 @@ def test_a_server_that_dies_at_start_shows_the_end_of_its_log(tmp_path):
     assert done.returncode == 1
     assert "the Prefect server exited with code" in said(done) and "unable to open database file" in said(done)
     assert servers_on(port) == [] and not (tmp_path / "prefect" / "mascot-server.json").exists()
+
+
+@pytest.mark.parametrize("where", ["environment", "profile"])
+def test_a_ui_api_url_the_user_set_is_kept(tmp_path, where):
+    """The server's environment, as `mascot server start` builds it, in a fresh process (Prefect reads its
+    settings once per process): a UI API URL from the environment or the active profile stays the UI's."""
+    home, chosen = tmp_path / "prefect", "https://prefect.example.org/api"
+    env = environment(home)
+    if where == "environment":
+        env["PREFECT_UI_API_URL"] = chosen
+    else:
+        home.mkdir()
+        (home / "profiles.toml").write_text(f'active = "mine"\n[profiles.mine]\nPREFECT_UI_API_URL = "{chosen}"\n')
+    for name in ("PREFECT_UI_API_URL", "PREFECT_SERVER_UI_API_URL", "PREFECT_PROFILE"):
+        if not (where == "environment" and name == "PREFECT_UI_API_URL"):
+            env.pop(name, None)
+    probe = ("import sys; from cli.server import server_environment; "
+             "env, ui = server_environment('http://127.0.0.1:4322/api'); print(env.get('PREFECT_UI_API_URL'), ui)")
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120,
+                          check=True)
+    kept = chosen if where == "environment" else "None"  # a profile's value reaches the server from the profile
+    assert done.stdout.split() == [kept, chosen], done.stdout + done.stderr
+
