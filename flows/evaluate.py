@@ -35,8 +35,8 @@ from mascot.roster import load_roster, load_user_profiles
 from mascot.stage2.director import dpo_policy
 from mascot.train.grpo import policy_backend
 from mascot.train.runtime import adapter_backend
-from mascot.train.tiny import resolve_tiny_models
 from tasks import evaluate as steps
+from tasks.models import build_tiny_models
 
 
 @flow(name="evaluate", flow_run_name=flow_run_name("evaluate"), task_runner=threads())
@@ -60,7 +60,7 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
     cache = step_settings(run, refresh)
 
     with temporary_settings(updates=cache), stopped_at_step("the evaluation", run.root):
-        config = resolve_tiny_models(config)
+        config = build_tiny_models(config)
         evaluation, stage, train = config.eval, config.stage2, config.train
         with tracking.wandb_run(config, "eval"):
             roster, assistant = load_roster(config.data.roster), load_roster(evaluation.assistant)

@@ -30,8 +30,8 @@ from mascot.config import load_config
 from mascot.judges.panel import PanelSpec, judge_rubric_problem
 from mascot.queries import Queries
 from mascot.roster import load_roster
-from mascot.train.tiny import resolve_tiny_models
 from tasks import stage1 as steps
+from tasks.models import build_tiny_models
 from tasks.tracking import report_stage1
 
 Until = Literal["pairs", "persona_rm", "speaker"]
@@ -54,8 +54,9 @@ def stage1(config_path: str, run_name: str | None = None, until: Until = "speake
     cache = step_settings(run, refresh)
 
     with temporary_settings(updates=cache), stopped_at_step("stage 1", run.root):
-        # Built once, here, so that every step gets loadable folders; trainers' models only when training.
-        config = resolve_tiny_models(config, trainers=until != "pairs", stage2=False)
+        # Built once, as the first step, so that every step gets loadable folders; trainers' models only when
+        # training.
+        config = build_tiny_models(config, trainers=until != "pairs", stage2=False)
         seed, requests, train = config.run.seed, config.cache.requests, config.train
         panel = PanelSpec.load(config.stage1.judges, config.stage1.rubric)
         contexts = steps.write_contexts(config.data, seed, run.path("stage1", "contexts.parquet"))

@@ -31,8 +31,8 @@ from mascot.stage2.branching import CastSpec, Setting
 from mascot.stage2.director import DIRECTORS, dpo_policy
 from mascot.stage2.director_eval import Directors
 from mascot.train.grpo import policy_backend
-from mascot.train.tiny import resolve_tiny_models
 from tasks import stage2 as steps
+from tasks.models import build_tiny_models
 from tasks.tracking import report_stage2
 
 DirectorMethod = Literal["grpo", "dpo"]
@@ -62,7 +62,7 @@ def stage2(config_path: str, run_name: str | None = None, director_method: Direc
     cache = step_settings(run, refresh)
 
     with temporary_settings(updates=cache), stopped_at_step("stage 2", run.root):
-        config = resolve_tiny_models(config)
+        config = build_tiny_models(config)
         train, stage = config.train, config.stage2
         users = load_user_profiles(config.data.users).profiles if config.data.users else []
         cast = CastSpec(roster=load_roster(config.data.roster), director=stage.director,

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -125,8 +126,9 @@ def test_edit_revert_refresh_on_one_run_name(tmp_path, prefect_api, chat):
     requests, reverted, ran = rerun()
     assert requests == 0 and reverted.equals(first)
     assert pl.read_parquet(run / "candidates.parquet").equals(candidates)
-    # write_contexts is never cached (it must see an edited corpus); every step after it is a cache hit
-    assert set(ran) == steps and ran.pop("write_contexts") == {"Completed"}
+    # write_contexts and build_tiny_models are never cached (they must see an edited corpus or a changed model
+    # cache); every step after them is a cache hit
+    assert set(ran) == steps and ran.pop("write_contexts") == ran.pop("build_tiny_models") == {"Completed"}
     assert all(found == {"Cached"} for found in ran.values()), ran
 
     requests, refreshed, ran = rerun("--refresh")  # recomputes every step; the request cache answers the LLM calls
@@ -171,3 +173,26 @@ def test_a_code_change_reruns_the_steps_that_run_that_code(tmp_path, prefect_api
     found = rerun()
     assert found["sample_candidates"] == cached
     assert found["judge_candidates"] == {"Completed"} and found["build_pairs"] == {"Completed"}
+
+
+def test_the_tiny_models_build_is_a_step_of_its_own_and_the_first(tmp_path, prefect_api):
+    """A fresh model cache: the build is a task run on the server, with its log lines, and the flow's first task
+    starts within seconds of the flow, not after minutes of a build in the flow's body."""
+    path = write_config(tmp_path, "fresh", cache_dir=tmp_path / "fresh-cache", k=2)
+    config = yaml.safe_load(path.read_text())
+    config["data"]["corpus"]["limit"] = 2
+    config["tiny"]["warm_start_steps"] = 2  # another spec than the session's: a build, and a short one
+    config["generation"]["params"] = {"max_new_tokens": 8}
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    done = mascot(path, "fresh", prefect_api)
+    flow_run = prefect_states.flow_run_id(done.stdout + done.stderr)
+    runs = sorted(task_runs(prefect_api, done), key=lambda run: run["start_time"])
+    build = [run for run in runs if run["name"].startswith("build_tiny_models")]
+    assert len(build) == 1 and build[0]["state"]["type"] == "COMPLETED", [run["name"] for run in runs]
+    assert runs[0] is build[0], "the build is the flow's first step: every later one needs its folders"
+    started = datetime.fromisoformat(httpx.get(f"{prefect_api}/flow_runs/{flow_run}").json()["start_time"])
+    gap = (datetime.fromisoformat(runs[0]["start_time"]) - started).total_seconds()
+    assert gap < 10, f"{gap:.1f} s passed between the flow's start and its first task"
+    logs = httpx.post(f"{prefect_api}/logs/filter", json={"logs": {"task_run_id": {"any_": [build[0]["id"]]}}})
+    said = [log["message"] for log in logs.raise_for_status().json()]
+    assert any("tiny models ready after" in message for message in said), said

@@ -278,4 +278,5 @@ def test_the_pipeline_runs_every_stage_as_a_subflow_of_one_flow_run_and_resumes_
             assert flow_run["id"] != str(runs[stage].id), f"{stage} was not run again"
             ran = task_states(prefect_api, flow_run["id"])
             ran.pop("write_contexts", None)  # never cached: it must notice an edited corpus
+            ran.pop("build_tiny_models", None)  # nor this: it must notice a changed model cache
             assert ran and all(states == {"Cached"} for states in ran.values()), (stage, ran)
