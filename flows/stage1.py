@@ -16,7 +16,7 @@ Everything, the trainers' logs included, goes to one wandb run per flow run.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from prefect import flow
 from prefect.settings import temporary_settings
@@ -35,6 +35,7 @@ from tasks.models import build_tiny_models
 from tasks.tracking import report_stage1
 
 Until = Literal["pairs", "persona_rm", "speaker"]
+STEPS = get_args(Until)  # in order: a later one's report describes more
 
 @flow(name="stage1", flow_run_name=flow_run_name("stage1"), task_runner=threads())
 def stage1(config_path: str, run_name: str | None = None, until: Until = "speaker",
@@ -100,7 +101,10 @@ def stage1(config_path: str, run_name: str | None = None, until: Until = "speake
                                                         run.path("stage1", "speaker_eval-judgments.parquet"))
                 artifacts["stage1/speaker_eval"] = steps.compare_policies(
                     train.before_after, seed, scored, judged_samples, run.path("stage1", "speaker_eval"))
-            artifacts |= report_stage1(config.run.name, panel.rubric, artifacts, requests,
-                                       run.path("stage1", "report"))
             run.record(artifacts)
+            # A partial rerun of a run whose report went further reports beside it, never over it.
+            partial = until if run.describes_beyond("stage1", until, STEPS) else None
+            report = report_stage1(config.run.name, panel.rubric, artifacts, requests, run.path("stage1", "report"),
+                                   partial)
+            artifacts |= run.record_report("stage1", until, STEPS, report)
     return artifacts

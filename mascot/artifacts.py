@@ -133,6 +133,19 @@ def keyed_path(out: Path, key: str) -> Path:
     return out.parent / "steps" / f"{out.stem}-{key[:16]}{out.suffix}"
 
 
+def partial_report_name(name: str, step: str) -> str:
+    """The name under which a partial run's report file `name` ("stage1/report") is recorded, when the run's
+    report already describes a later step (`RunDir.describes_beyond`): "stage1/partial/until-pairs/report".
+
+    Two folders below the stage's, as a step's output is (`<stage>/steps/report-<key>/`), so one relative
+    link, `STAGE_REPORT_FROM_PARTIAL`, reaches the stage's own report from either place."""
+    stage, file = name.split("/", 1)
+    return f"{stage}/partial/until-{step}/{file}"
+
+
+STAGE_REPORT_FROM_PARTIAL = "../../report.md"
+
+
 def link(path: Path, target: Path) -> None:
     """Make `path` a relative symlink to `target`, atomically; whatever was at `path` goes."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -211,6 +224,29 @@ class RunDir:
                     link(contract, artifact.path)
                 recorded[name] = {"path": str(contract.relative_to(self.root)), "sha256": artifact.sha256,
                                   "file": str(artifact.path.relative_to(self.root))}
+
+    def record_report(self, stage: str, step: str, steps: tuple[str, ...],
+                      written: dict[str, Artifact]) -> dict[str, Artifact]:
+        """Record a report's files (`written`, by contract name) of a run of `stage` that went as far as `step`
+        (one of the stage's `steps`, in order), and return them under the names they were recorded as.
+
+        A report never replaces one that describes a later step: a partial rerun (`--until pairs` after the
+        Speaker was trained) must not hide the finished report. Its files are recorded beside it instead,
+        under `partial_report_name`, and the finished report stays the stage's."""
+        if self.describes_beyond(stage, step, steps):
+            written = {partial_report_name(name, step): artifact for name, artifact in written.items()}
+            self.record(written)
+            return written
+        self.record(written)
+        with self._locked_manifest() as manifest:
+            manifest.setdefault("reports", {})[stage] = step
+        return written
+
+    def describes_beyond(self, stage: str, step: str, steps: tuple[str, ...]) -> bool:
+        """Whether the stage's recorded report (`record_report`) describes a step after `step`."""
+        manifest = json.loads(self.manifest.read_text()) if self.manifest.exists() else {}
+        reported = manifest.get("reports", {}).get(stage)
+        return reported in steps and steps.index(reported) > steps.index(step)
 
     def is_recorded(self, name: str) -> bool:
         """Whether a finished step recorded artifact `name` (what was trained, say), unchecked."""

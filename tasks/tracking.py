@@ -23,10 +23,12 @@ from tasks.failures import REPORTED
 
 @task(**CACHED, **REPORTED)
 def report_stage1(run_name: str, rubric: Rubric, artifacts: dict[str, Artifact], requests: Path,
-                  out: Path) -> dict[str, Artifact]:
+                  out: Path, partial: str | None = None) -> dict[str, Artifact]:
+    """`partial`: the last step of a partial rerun of a run whose report went further. Its Prefect artifacts
+    then have keys of their own, so the latest version of the run's keys stays the finished report's."""
     stats = shared_cache(requests).stats().as_dict()
-    summary, written = report.write_report(rubric, artifacts, stats, keyed(out))
-    key = f"{run_name}-stage1".lower().replace("_", "-").replace(".", "-")
+    summary, written = report.write_report(rubric, artifacts, stats, keyed(out), partial)
+    key = f"{run_name}-stage1{f'-until-{partial}' if partial else ''}".lower().replace("_", "-").replace(".", "-")
     if "stage1/reward_curve" in written:
         curve = written["stage1/reward_curve"].path
         png = base64.b64encode(curve.read_bytes()).decode()

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from mascot.artifacts import Artifact, write_json, write_text
+from mascot.artifacts import STAGE_REPORT_FROM_PARTIAL, Artifact, write_json, write_text
 from mascot.evaluation.plots import reward_curve
 from mascot.judges.panel import agreement
 from mascot.rubrics import Rubric
@@ -27,14 +27,19 @@ TRAINING_METRICS = {"persona_rm": "stage1/persona_rm", "speaker": "stage1/speake
 
 
 def write_report(rubric: Rubric, artifacts: dict[str, Artifact], cache: dict[str, float],
-                 out: Path) -> tuple[dict[str, Any], dict[str, Artifact]]:
+                 out: Path, partial: str | None = None) -> tuple[dict[str, Any], dict[str, Artifact]]:
     """The summary of a run's Stage 1 artifacts, written to the folder `out` as summary.json,
     report.md and, once the Speaker is trained, reward_curve.png, and logged to the active wandb run.
-    Returns the summary and the files."""
+    Returns the summary and the files.
+
+    `partial` is the last step of a partial rerun (`--until pairs`) of a run whose report already went
+    further: the report says so, and links that report."""
     frames = {name: artifacts[f"stage1/{name}"].read_parquet()
               for name in ("contexts", "candidates", "judgments", "pairs")}
     summary = stage1_summary(rubric, frames["contexts"], frames["candidates"], frames["judgments"],
                              frames["pairs"], cache)
+    if partial is not None:
+        summary["partial_run"] = {"until": partial, "full_report": "stage1/report.md"}
     for key, name in TRAINING_METRICS.items():
         if name in artifacts:
             summary[key] = json.loads((artifacts[name].verified() / "metrics.json").read_text())
@@ -128,7 +133,13 @@ def before_after_rows(before_after: dict[str, Any]) -> list[dict[str, Any]]:
 
 def stage1_markdown(summary: dict[str, Any]) -> str:
     counts, failures, cache = summary["counts"], summary["judge_failures"], summary["request_cache"]
-    lines = ["# Stage 1", "", "## Data", "", "| | count |", "|---|---|"]
+    lines = ["# Stage 1", ""]
+    if "partial_run" in summary:
+        until = summary["partial_run"]["until"]
+        note = (f"> A partial run, `--until {until}`: this report describes the steps up to {until} only. The "
+                f"run's report, from a run that went further, is [stage1/report.md]({STAGE_REPORT_FROM_PARTIAL}).")
+        lines += [note, ""]
+    lines += ["## Data", "", "| | count |", "|---|---|"]
     lines += [f"| {name} | {value} |" for name, value in counts.items()]
     by_judge = ", ".join(f"{judge}: {n}" for judge, n in failures["by_judge"].items()) or "none"
     lines += ["",

@@ -149,8 +149,9 @@ def test_a_killed_speaker_training_resumes_from_its_checkpoint(workdir):
 
     # Resumed as a user would after a crash; the optimizer steps it runs are counted from outside.
     steps_run = workdir / "resume-steps.log"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent / "step_counter"),
-           "MASCOT_TEST_STEP_LOG": str(steps_run)}
+    # Before the caller's own path, not instead of it: a worktree run with PYTHONPATH=. resumes its own code.
+    path = os.pathsep.join(filter(None, [str(Path(__file__).parent / "step_counter"), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path, "MASCOT_TEST_STEP_LOG": str(steps_run)}
     output = finish(subprocess.Popen([MASCOT, "resume", str(run)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, env=env))
     assert steps_run.read_text().split() == [str(step) for step in range(killed_at.step + 1, 9)], \
@@ -191,6 +192,15 @@ def test_a_killed_speaker_training_resumes_from_its_checkpoint(workdir):
     kinds = {artifact.key: artifact.type for artifact in published}
     assert kinds["resume-stage1-persona-rm-accuracy"] == kinds["resume-stage1-before-after"] == "table"
     assert kinds["resume-stage1-reward-curve"] == "image" and kinds["resume-stage1-summary"] == "markdown"
+
+    # A partial rerun of the finished run (the deployment example's `--until pairs`) reports beside the
+    # finished report, says what it describes and links it; the run's report still shows the trained Speaker.
+    finish(mascot_run(config, "resume", until="pairs"))
+    assert (run / "stage1" / "report.md").read_text() == report
+    assert "before_after" in json.loads((run / "stage1" / "summary.json").read_text())
+    partial = run / "stage1" / "partial" / "until-pairs" / "report.md"
+    assert "A partial run, `--until pairs`" in partial.read_text() and "(../../report.md)" in partial.read_text()
+    assert (partial.parent / "../../report.md").resolve() == (run / "stage1" / "report.md").resolve()
 
 
 def test_no_pairs_to_train_on_is_a_clear_error_without_a_retry(workdir):

@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 
 from mascot.artifacts import (
+    STAGE_REPORT_FROM_PARTIAL,
     Artifact,
     ArtifactChanged,
     RunDir,
@@ -18,6 +19,7 @@ from mascot.artifacts import (
     keyed_path,
     write_json,
     write_parquet,
+    write_text,
 )
 from mascot.rubrics import load_rubric
 from tasks.caching import artifact_cache_key
@@ -74,6 +76,34 @@ def test_step_outputs_are_named_by_key_and_linked_from_the_contract_names(tmp_pa
     (folder / "weights").mkdir(parents=True)
     run.record({"stage1/persona_rm": dir_artifact(folder)})
     assert model.is_symlink() and (model / "weights").is_dir() and not (model / "old").exists()
+
+
+def test_a_partial_rerun_reports_beside_a_report_that_went_further_never_over_it(tmp_path):
+    run, steps = RunDir(tmp_path / "run"), ("pairs", "persona_rm", "speaker")
+    contract = run.path("stage1", "report.md")
+
+    def report(text: str, key: str) -> dict[str, Artifact]:
+        return {"stage1/report": write_text(text, keyed_path(run.path("stage1", "report"), key * 64) / "report.md")}
+
+    first = report("pairs only", "a")  # a first run that stops at pairs has the run's report
+    assert run.record_report("stage1", "pairs", steps, first) == first and contract.read_text() == "pairs only"
+    run.record_report("stage1", "speaker", steps, report("the Speaker", "b"))
+    assert contract.read_text() == "the Speaker"
+
+    partial = report("pairs again", "c")  # `--until pairs` after the Speaker: beside the finished report
+    recorded = run.record_report("stage1", "pairs", steps, partial)
+    assert contract.read_text() == "the Speaker"
+    assert recorded == {"stage1/partial/until-pairs/report": partial["stage1/report"]}
+    beside = run.path("stage1", "partial", "until-pairs", "report.md")
+    assert beside.read_text() == "pairs again"
+    # The partial report's link reaches the stage's report from where it is linked and from its own file.
+    for folder in (beside.parent, partial["stage1/report"].path.parent):
+        assert (folder / STAGE_REPORT_FROM_PARTIAL).resolve() == contract.resolve()
+    manifest = json.loads(run.manifest.read_text())
+    assert manifest["reports"] == {"stage1": "speaker"} and "stage1/partial/until-pairs/report" in manifest["artifacts"]
+
+    run.record_report("stage1", "speaker", steps, report("the Speaker, retrained", "d"))  # as far: it replaces
+    assert contract.read_text() == "the Speaker, retrained"
 
 
 def test_manifest_records_config_and_concurrent_artifacts(tmp_path, tiny_config):
