@@ -23,7 +23,9 @@ MASCOT = str(Path(sys.executable).parent / "mascot")
 
 
 def environment(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in {"PREFECT_API_URL", "PREFECT_SERVER_API_PORT"}}
+    # The caller's server settings must not reach the servers these tests start.
+    env = {k: v for k, v in os.environ.items() if k not in {"PREFECT_API_URL", "PREFECT_SERVER_API_PORT",
+                                                            "PREFECT_UI_API_URL", "PREFECT_SERVER_UI_API_URL"}}
     return {**env, "PREFECT_HOME": str(home)}
 
 
@@ -136,16 +138,13 @@ def test_a_ui_api_url_the_user_set_is_kept(tmp_path, where):
     """The server's environment, as `mascot server start` builds it, in a fresh process (Prefect reads its
     settings once per process): a UI API URL from the environment or the active profile stays the UI's."""
     home, chosen = tmp_path / "prefect", "https://prefect.example.org/api"
-    env = environment(home)
+    env = {k: v for k, v in environment(home).items() if k not in {"PREFECT_PROFILE", "PREFECT_PROFILES_PATH"}}
     if where == "environment":
         env["PREFECT_UI_API_URL"] = chosen
     else:
         home.mkdir()
         (home / "profiles.toml").write_text(f'active = "mine"\n[profiles.mine]\nPREFECT_UI_API_URL = "{chosen}"\n')
-    for name in ("PREFECT_UI_API_URL", "PREFECT_SERVER_UI_API_URL", "PREFECT_PROFILE"):
-        if not (where == "environment" and name == "PREFECT_UI_API_URL"):
-            env.pop(name, None)
-    probe = ("import sys; from cli.server import server_environment; "
+    probe = ("from cli.server import server_environment; "
              "env, ui = server_environment('http://127.0.0.1:4322/api'); print(env.get('PREFECT_UI_API_URL'), ui)")
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120,
                           check=True)
