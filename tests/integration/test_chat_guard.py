@@ -43,7 +43,7 @@ def loopback():
 
 
 def test_the_page_answers_each_category_with_the_guard_and_names_it(chat_run, loopback):
-    app, url = loopback
+    _, url = loopback
     group = load_group(chat_run, chat=simulated_chat(url), progress=False)
     with serve(chat_app(group, seed=3)) as page:
         session = open_session(page)
