@@ -69,12 +69,13 @@ def import_human(
 ):
     """Read raters' choices against the key: MASCOT's wins, ties, losses and win rate per baseline, and the
     raters' agreement. Writes RUN/eval/human_results.json; a bad file is refused, naming its line and field."""
+    from mascot.artifacts import ArtifactChanged
     from mascot.evaluation.human import HumanRatingsError, import_ratings
     from mascot.evaluation.systems import SYSTEMS
 
     try:
         summary = import_ratings(run_dir, ratings, key or default_key(run_dir), run_dir / "eval" / "human_results.json")
-    except (HumanRatingsError, FileNotFoundError) as exc:
+    except (HumanRatingsError, FileNotFoundError, ArtifactChanged) as exc:
         fail(exc)
     table = Table(title=f"Human preference, {len(summary['raters'])} rater(s): MASCOT against each baseline",
                   caption=f"n: ratings; W/T/L: MASCOT's wins, ties and losses; win rate: ties count half, "

@@ -10,7 +10,6 @@ keyboard does it all: A, T and B choose, the arrow keys move between items.
 from __future__ import annotations
 
 import asyncio
-import re
 from dataclasses import asdict
 from pathlib import Path
 
@@ -20,10 +19,15 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
 from cli.web import STATIC
-from mascot.evaluation.human import CHOICES, HumanKey, HumanRatingsError, read_ratings, write_rater_file
+from mascot.evaluation.human import (
+    CHOICES,
+    HumanKey,
+    HumanRatingsError,
+    rater_problem,
+    read_ratings,
+    write_rater_file,
+)
 from mascot.evaluation.human_sheet import SheetItem
-
-RATER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
 
 
 class RatingBody(BaseModel):
@@ -43,9 +47,8 @@ def rating_app(items: list[SheetItem], key: HumanKey, out: Path) -> FastAPI:
     writing = asyncio.Lock()  # one writer per file at a time; a rater's file holds all their ratings
 
     def rater_file(rater: str) -> Path:
-        if not RATER.match(rater):
-            raise HTTPException(422, f"rater id {rater!r}: use 1 to 40 letters, digits, '.', '_' or '-', starting "
-                                     "with a letter or digit")
+        if (why := rater_problem(rater)) is not None:
+            raise HTTPException(422, f"rater id {why}")
         return out / f"ratings-{rater}.csv"
 
     def saved(rater: str) -> dict[str, tuple[str, str]]:

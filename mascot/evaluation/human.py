@@ -23,6 +23,7 @@ import csv
 import hashlib
 import json
 import random
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,9 @@ RATING_COLUMNS = ("item_id", "rater", "choice", "comment")
 REQUIRED_COLUMNS = ("item_id", "rater", "choice")
 SHEET_COLUMNS = ("item_id", "context", "conversation_a", "conversation_b", "rater", "choice", "comment")
 AGREEMENT_LEVEL = "ordinal"  # a tie lies between preferring one side and preferring the other
+# A rater id names a file (ratings-<rater>.csv) and a column value, so it is one short, plain word.
+RATER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
+RATER_RULE = "use 1 to 40 letters, digits, '.', '_' or '-', starting with a letter or digit"
 
 
 class KeyItem(BaseModel):
@@ -213,14 +217,24 @@ def sheet_item(item_id: str, item: KeyItem, played: dict, contexts: dict, roster
     return SheetItem(item_id, opening_query(opening), lines(opening, roster), a, b)
 
 
+def key_conversations(run: RunDir, key: HumanKey, key_path: Path) -> Artifact:
+    """The run's conversations, once they are those the key's sheets were exported from: a key of another run (or
+    of this run before its evaluation was played again) would read choices against the wrong sides."""
+    conversations = evaluation_artifact(run, "eval/conversations")
+    if conversations.sha256 != key.conversations_sha256:
+        raise HumanRatingsError(
+            f"{key_path}: conversations_sha256: the key belongs to the sheets of run '{key.run}' (conversations sha256 "
+            f"{key.conversations_sha256}), but {conversations.path} of run '{run.root.name}' holds other conversations "
+            f"(sha256 {conversations.sha256}): use the key exported from this run, or export the sheets again "
+            "(`mascot eval export-human`)")
+    return conversations
+
+
 def sheet_items(run_dir: Path, key_path: Path) -> list[SheetItem]:
     """The items of the export that wrote `key_path`, in the sheets' order, rebuilt from the run (the rating page
     serves these; they name no system)."""
     run, key = RunDir(run_dir), read_key(key_path)
-    conversations = evaluation_artifact(run, "eval/conversations")
-    if conversations.sha256 != key.conversations_sha256:
-        raise HumanRatingsError(f"{key_path} belongs to sheets of other conversations than {conversations.path} holds "
-                                "now: export the sheets again (`mascot eval export-human`)")
+    conversations = key_conversations(run, key, key_path)
     roster, assistant = run_rosters(run)
     played = read_conversations(conversations)
     contexts = read_contexts(evaluation_artifact(run, "eval/contexts"))
@@ -279,22 +293,33 @@ def csv_records(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
                 records.append((line, row))
 
 
+def rater_problem(rater: str) -> str | None:
+    """Why a rater id is refused (the rating page's rule, which names a file after it), or None."""
+    if not rater:
+        return "empty; every rating needs its rater's id"
+    if not RATER_ID.match(rater):
+        return f"{rater!r}: {RATER_RULE}"
+    return None
+
+
 def rating_problems(value: dict[str, str], where: str, key: HumanKey, first_seen: dict[tuple[str, str], str]
                     ) -> list[str]:
-    """What is wrong with one record of a ratings file (none when it is a rating)."""
+    """What is wrong with one record of a ratings file (none when it is a rating). `first_seen` holds where each
+    (rater, item) read so far was rated; this record is added to it."""
     problems = []
     if not value["item_id"]:
         problems.append(f"{where}: item_id: empty; expected the id of an item of the sheet")
     elif value["item_id"] not in key.items:
         problems.append(f"{where}: item_id: {value['item_id']!r} is not an item of this key's sheets")
-    if not value["rater"]:
-        problems.append(f"{where}: rater: empty; every rating needs its rater's id")
+    if (why := rater_problem(value["rater"])) is not None:
+        problems.append(f"{where}: rater: {why}")
     if value["choice"].lower() not in {c.lower() for c in CHOICES}:
         problems.append(f"{where}: choice: {value['choice']!r}; expected A, B or tie")
-    seen = first_seen.setdefault((value["rater"], value["item_id"]), where)
-    if value["rater"] and seen != where:
+    rated = (value["rater"], value["item_id"])
+    if value["rater"] and rated in first_seen:
         problems.append(f"{where}: item_id: rater {value['rater']!r} rated item {value['item_id']} again (first at "
-                        f"{seen}); keep one rating per rater and item")
+                        f"{first_seen[rated]}); keep one rating per rater and item")
+    first_seen.setdefault(rated, where)
     return problems
 
 
@@ -302,11 +327,19 @@ def read_ratings(paths: list[Path], key: HumanKey) -> tuple[list[Rating], list[R
     """Every rating of every file, or HumanRatingsError with every problem found (file:line: field: message)."""
     problems, ratings, files = [], [], []
     first_seen: dict[tuple[str, str], str] = {}
+    by_content: dict[str, Path] = {}  # a file given twice, or a copy of one, would count its ratings twice
     by_lower = {c.lower(): c for c in CHOICES}
     for path in paths:
         if not path.is_file():
-            problems.append(f"{path}: no such ratings file")
+            problems.append(f"{path}: " + ("a folder; expected a ratings CSV file" if path.is_dir()
+                                           else "no such ratings file"))
             continue
+        sha256 = file_sha256(path)
+        if sha256 in by_content:
+            same = "given twice" if by_content[sha256] == path else f"the same content as {by_content[sha256]}"
+            problems.append(f"{path}: {same} (sha256 {sha256}); each ratings file counts once, so give it once")
+            continue
+        by_content[sha256] = path
         try:
             header, records = csv_records(path)
         except (UnicodeDecodeError, csv.Error) as exc:
@@ -332,7 +365,7 @@ def read_ratings(paths: list[Path], key: HumanKey) -> tuple[list[Rating], list[R
                 count += 1
                 ratings.append(Rating(value["item_id"], value["rater"], by_lower[value["choice"].lower()],
                                       value["comment"], where))
-        files.append(RatingsFile(path, file_sha256(path), count, blank))
+        files.append(RatingsFile(path, sha256, count, blank))
     if problems:
         raise HumanRatingsError(*problems)
     if not ratings:
@@ -392,6 +425,7 @@ def import_ratings(run_dir: Path, paths: list[Path], key_path: Path, out: Path, 
                    resamples: int = 2000) -> dict:
     """Read the rater files against the key and write `out` (human_results.json); nothing is written on error."""
     key = read_key(key_path)
+    key_conversations(RunDir(run_dir), key, key_path)
     ratings, files = read_ratings(paths, key)
     summary = {"run": str(run_dir), "key": {"path": str(key_path), "sha256": file_sha256(key_path)},
                "ratings_files": [{"path": str(f.path), "sha256": f.sha256, "ratings": f.ratings,

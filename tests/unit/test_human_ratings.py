@@ -203,6 +203,8 @@ def test_a_filled_in_sheet_is_read_and_its_blank_rows_counted(tmp_path):
     ([("{0}", "r1", "A", ""), ("{1}", "r1", "B", ""), ("{0}", "r1", "tie", "")], None,
      ":4: item_id: rater 'r1' rated item {0} again (first at {file}:2); keep one"),
     ([("{0}", " ", "A", "")], None, ":2: rater: empty; every rating needs its rater's id"),
+    ([("{0}", "ann\nbo", "A", "")], None, ":2: rater: 'ann\\nbo': use 1 to 40 letters, digits, '.', '_' or '-'"),
+    ([("{0}", "../ann", "A", "")], None, ":2: rater: '../ann': use 1 to 40 letters"),
     ([("{0}", "r1", "C", "")], None, ":2: choice: 'C'; expected A, B or tie"),
     ([("{0}", "A")], ("item_id", "choice"), ":1: missing column(s) rater; expected a header with item_id, rater"),
 ])
@@ -236,6 +238,46 @@ def test_a_duplicate_across_files_a_file_not_in_utf8_and_a_missing_key(tmp_path)
         import_ratings(run_dir, [latin], key_path, tmp_path / "results.json")
     with pytest.raises(FileNotFoundError, match=re.escape("run `mascot eval export-human RUN` first")):
         import_ratings(run_dir, [first], tmp_path / "nokey.json", tmp_path / "results.json")
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_a_file_given_twice_or_copied_is_refused_by_its_content_and_a_row_already_read_too(tmp_path):
+    run_dir = make_run(tmp_path)
+    key_path, out = run_dir / "eval" / "human_key.json", tmp_path / "results.json"
+    first, second = list(read_key(export(run_dir).key).items)[:2]
+    ratings = write_ratings(tmp_path / "ann.csv", [(first, "ann", "A", "")])
+    copy = tmp_path / "copy.csv"
+    copy.write_bytes(ratings.read_bytes())
+    for paths, expected in (([ratings, ratings], f"{ratings}: given twice (sha256 "),
+                            ([ratings, copy], f"{copy}: the same content as {ratings} (sha256 ")):
+        with pytest.raises(HumanRatingsError) as error:
+            import_ratings(run_dir, paths, key_path, out)
+        [problem] = error.value.problems
+        assert problem.startswith(expected) and "each ratings file counts once" in problem, problem
+    # the same file with one row more: its first row was read already
+    grown = write_ratings(tmp_path / "ann-more.csv", [(first, "ann", "A", ""), (second, "ann", "B", "")])
+    with pytest.raises(HumanRatingsError, match=re.escape(f"{grown}:2: item_id: rater 'ann' rated item {first} again "
+                                                          f"(first at {ratings}:2)")):
+        import_ratings(run_dir, [ratings, grown], key_path, out)
+    assert not out.exists()
+    assert import_ratings(run_dir, [ratings], key_path, out)["results"][0]["ratings"] == 1
+
+
+def test_a_key_of_another_run_is_refused_with_both_hashes(tmp_path):
+    run_dir, other = make_run(tmp_path / "one"), make_run(tmp_path / "two", contexts=2)
+    item_id = next(iter(read_key(export(run_dir).key).items))
+    other_key = read_key(export(other).key)
+    ratings = write_ratings(tmp_path / "ann.csv", [(item_id, "ann", "A", "")])
+    mine = read_key(run_dir / "eval" / "human_key.json").conversations_sha256
+    with pytest.raises(HumanRatingsError) as error:
+        import_ratings(run_dir, [ratings], other / "eval" / "human_key.json", tmp_path / "results.json")
+    [problem] = error.value.problems
+    assert problem.startswith(f"{other / 'eval' / 'human_key.json'}: conversations_sha256: the key belongs to")
+    assert other_key.conversations_sha256 in problem and mine in problem and mine != other_key.conversations_sha256
+    result = runner.invoke(app, ["eval", "import-human", str(run_dir), str(ratings), "--key",
+                                 str(other / "eval" / "human_key.json")])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "use the key exported from this run" in " ".join(result.output.split())
     assert not (tmp_path / "results.json").exists()
 
 
