@@ -27,10 +27,12 @@ def fail(message: object, code: int = 2) -> NoReturn:
 
 def load(config: Path, *, check_machine: bool = False) -> RunConfig:
     # Imported here, not at the top: the judges bring polars and jinja2, which `--help` does not need.
+    from mascot.chat.safety import load_rules
     from mascot.judges.panel import judge_rubric_problem
 
     try:
-        return load_config(config, check_machine=check_machine, rubric_problem=judge_rubric_problem)
+        return load_config(config, check_machine=check_machine, rubric_problem=judge_rubric_problem,
+                           safety_rules=load_rules)
     except ConfigError as exc:
         fail(f"{config} is not valid\n{exc}")
 

@@ -83,12 +83,14 @@ def config_validate(
              "set). Turn off to check a config meant for another machine.")] = True,
 ):
     """Validate files; print a summary of each, or every problem as file:line: yaml.path: message. Exit 2 on problems."""
-    from mascot.judges.panel import judge_rubric_problem  # here, not at the top: `--help` needs no judges
+    from mascot.chat.safety import load_rules  # here, not at the top: `--help` needs no judges nor rules
+    from mascot.judges.panel import judge_rubric_problem
 
     failed = False
     for path in paths:
         try:
-            loaded = load_any(path, check_machine=machine_checks, rubric_problem=judge_rubric_problem)
+            loaded = load_any(path, check_machine=machine_checks, rubric_problem=judge_rubric_problem,
+                              safety_rules=load_rules)
         except ConfigError as exc:
             failed = True
             errors.print(Text(f"{path}: {len(exc.problems)} problem(s)", style="red"))

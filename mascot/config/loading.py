@@ -4,8 +4,12 @@ A run config names a roster, user profiles, a rubric and corpus files. A missing
 at the config line that names it; a problem inside one is reported at its own line. So is a file
 that loads but that the run cannot use: a roster with fewer than two enabled personas for Stage 2's
 Director to choose from, user profiles with none for the domain, a rubric a configured judge cannot
-score. Corpora that are not downloaded yet say so, with where to get them. Checks of this machine
-(bf16 needs a CUDA GPU) are separate, so a config meant for another machine can still be checked here.
+score. Corpora that are not downloaded yet say so, with where to get them. So are the evaluation's
+and the chat's needs: the pairwise judge and the collective rubric it weighs by, a listed system and the
+section that trains it, adapter folders, and the chat's safety-rules file, loaded and compiled. A folder
+where a file belongs is reported at the line that names it. Checks of this machine (bf16 or a CUDA
+device, for every role, needs a CUDA GPU) are separate, so a config meant for another machine can still
+be checked here.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mascot.config.backends import JudgeConfig
+from mascot.config.backends import BackendConfig, JudgeConfig
 from mascot.config.data import CorpusConfig
 from mascot.config.run import RunConfig
 from mascot.roster import Roster, UserProfiles, load_roster, load_user_profiles
@@ -34,19 +38,26 @@ CORPUS_HOMES = {
 # for Stage 2), or None. Only the judges know, and configs sit below them, so the caller hands it in:
 # mascot.judges.panel.judge_rubric_problem.
 RubricProblem = Callable[[JudgeConfig, Rubric, str], str | None]
+# Loads and compiles a safety-rules file, raising ConfigError (or ValueError) when it cannot: the chat's
+# loader, mascot.chat.safety.load_rules, which the caller hands in for the same reason.
+RulesLoader = Callable[[Path], Any]
+# A system of eval.systems that plays a Director only a section of the config trains or serves:
+# (the train section, the eval section that serves it instead, what it is).
+SYSTEM_NEEDS = {"mascot_dpo": ("director_dpo", "director_dpo", "the DPO Director")}
 
 
-def load_config(path: str | Path, *, check_machine: bool = False,
-                rubric_problem: RubricProblem | None = None) -> RunConfig:
+def load_config(path: str | Path, *, check_machine: bool = False, rubric_problem: RubricProblem | None = None,
+                safety_rules: RulesLoader | None = None) -> RunConfig:
     """Validate a run config and the files it points at; raise ConfigError listing every problem.
 
     With `check_machine`, also check that this machine can run it (a CUDA GPU where bf16 is on). With
     `rubric_problem`, also check that every judge can score its stage's rubric (the CLI and the Stage 1
     flow pass `mascot.judges.panel.judge_rubric_problem`, so Stage 2's judges are checked before Stage 1 runs).
+    With `safety_rules` (`mascot.chat.safety.load_rules`), also load chat.safety.rules as the chat will.
     """
     document = YamlDocument.read(path)
     config = validate_document(document, RunConfig, context={"base_dir": Path(path).resolve().parent})
-    problems = file_problems(document, config, rubric_problem)
+    problems = file_problems(document, config, rubric_problem, safety_rules)
     if check_machine:
         problems += machine_problems(document, config)
     if problems:
@@ -55,7 +66,7 @@ def load_config(path: str | Path, *, check_machine: bool = False,
 
 
 def load_any(path: str | Path, *, check_machine: bool = False, rubric_problem: RubricProblem | None = None,
-             ) -> RunConfig | Roster | Rubric | UserProfiles:
+             safety_rules: RulesLoader | None = None) -> RunConfig | Roster | Rubric | UserProfiles:
     """Validate a run config, roster, rubric or user-profile file, telling which by its top-level keys."""
     data = YamlDocument.read(path).data
     keys = set(data) if isinstance(data, dict) else set()
@@ -65,11 +76,11 @@ def load_any(path: str | Path, *, check_machine: bool = False, rubric_problem: R
         return load_rubric(path)
     if "profiles" in keys:
         return load_user_profiles(path)
-    return load_config(path, check_machine=check_machine, rubric_problem=rubric_problem)
+    return load_config(path, check_machine=check_machine, rubric_problem=rubric_problem, safety_rules=safety_rules)
 
 
 def file_problems(document: YamlDocument, config: RunConfig, rubric_problem: RubricProblem | None = None,
-                  ) -> list[Problem]:
+                  safety_rules: RulesLoader | None = None) -> list[Problem]:
     problems: list[Problem] = []
     domain = config.data.domain
     roster = _load(problems, document, ("data", "roster"), config.data.roster, load_roster)
@@ -93,13 +104,15 @@ def file_problems(document: YamlDocument, config: RunConfig, rubric_problem: Rub
         problems += _rubric_problems(document, config, "stage2", config.stage2, rubric_problem)
     if config.eval is not None:
         problems += _eval_problems(document, config, rubric_problem)
-    rules = config.chat.safety.rules  # its content is checked where the chat loads it, at its own lines
-    if rules is not None and not rules.is_file():
-        problems.append(document.problem(("chat", "safety", "rules"), f"no such file: {rules}"))
+    problems += _rules_problems(document, config, safety_rules)
     for name, trainer in config.train.trainers.items():  # accelerate reads it, when the training step starts
-        if trainer.accelerate_config is not None and not trainer.accelerate_config.is_file():
-            problems.append(document.problem(("train", name, "accelerate_config"),
-                                             f"no such file: {trainer.accelerate_config}"))
+        if trainer.accelerate_config is not None:
+            problems += _missing_file(document, ("train", name, "accelerate_config"), trainer.accelerate_config)
+    for loc, backend in backends(config).items():  # an adapter is read when its model loads, after minutes of work
+        if backend.adapter is not None and not backend.adapter.is_dir():
+            found = "is a file" if backend.adapter.exists() else "does not exist"
+            problems.append(document.problem((*loc, "adapter"), f"{backend.adapter} {found}; expected a PEFT adapter "
+                                             "folder (adapter_config.json and the weights)"))
     for loc, corpus in [(("data", "corpus"), config.data.corpus),
                         *((("data", "held_out", i), c) for i, c in enumerate(config.data.held_out))]:
         problem = _corpus_problem(document, (*loc, "path"), corpus)
@@ -129,10 +142,35 @@ def _rubric_problems(document: YamlDocument, config: RunConfig, stage: str, sect
     return problems
 
 
+def _rules_problems(document: YamlDocument, config: RunConfig, safety_rules: RulesLoader | None) -> list[Problem]:
+    """chat.safety.rules is a file the chat's loader reads and compiles; before the chat starts, not after its
+    models have loaded."""
+    rules, loc = config.chat.safety.rules, ("chat", "safety", "rules")
+    if rules is None:
+        return []
+    missing = _missing_file(document, loc, rules)
+    if missing or safety_rules is None:
+        return missing
+    try:
+        safety_rules(rules)
+    except (ValueError, OSError) as exc:  # ConfigError is a ValueError, with each problem at the file's own line
+        found = "; ".join(map(str, exc.problems)) if isinstance(exc, ConfigError) else str(exc)
+        return [document.problem(loc, f"{rules} is not a safety-rules file the chat can use: {found}")]
+    return []
+
+
 def _eval_problems(document: YamlDocument, config: RunConfig, rubric_problem: RubricProblem | None) -> list[Problem]:
-    """The assistant roster is one persona of the domain; each evaluation panel can score its rubric."""
+    """The assistant roster is one persona of the domain; each evaluation panel, and the pairwise judge, can score
+    its rubric; each listed system has the section that trains (or serves) what it plays."""
     problems: list[Problem] = []
     evaluation, domain = config.eval, config.data.domain
+    for index, system in enumerate(evaluation.systems):
+        if system in SYSTEM_NEEDS:
+            trained, served, what = SYSTEM_NEEDS[system]
+            if getattr(config.train, trained) is None and getattr(evaluation, served) is None:
+                problems.append(document.problem(("eval", "systems", index), (
+                    f"'{system}' plays {what}, which train.{trained} trains (or eval.{served} serves), but the config "
+                    f"has neither section: add train.{trained} (see configs/tiny.yaml), or drop '{system}'")))
     assistant = _load(problems, document, ("eval", "assistant"), evaluation.assistant, load_roster)
     if assistant is not None and (assistant.domain != domain or len(assistant.active) != 1):
         problems.append(document.problem(("eval", "assistant"), (
@@ -156,7 +194,26 @@ def _eval_problems(document: YamlDocument, config: RunConfig, rubric_problem: Ru
             if rubric_problem is not None and (why := rubric_problem(judge, rubric, level)) is not None:
                 problems.append(document.problem(loc, f"judge '{judge.label}' (eval.{panel}[{index}]) cannot score "
                                                       f"rubric {path}: {why}"))
-    return problems
+    return problems + _pairwise_problems(document, config, rubric_problem)
+
+
+def _pairwise_problems(document: YamlDocument, config: RunConfig, rubric_problem: RubricProblem | None
+                       ) -> list[Problem]:
+    """The pairwise judge weighs two conversations by the collective rubric (eval.group_rubric, else stage2.rubric),
+    a block's criteria; a rubric that is missing or broken is reported where it is named, so it is not again here."""
+    path = config.eval.group_rubric or config.stage2.rubric
+    if rubric_problem is None or not path.is_file():
+        return []
+    try:
+        rubric = load_rubric(path)
+    except ConfigError:
+        return []
+    judge = config.eval.pairwise
+    if (why := rubric_problem(judge, rubric, "block")) is None:
+        return []
+    named = "eval.group_rubric" if config.eval.group_rubric is not None else "stage2.rubric"
+    return [document.problem(("eval", "pairwise"), f"the pairwise judge '{judge.label}' weighs by the collective rubric "
+                                                   f"{path} ({named}) and cannot score it: {why}")]
 
 
 def machine_problems(document: YamlDocument, config: RunConfig) -> list[Problem]:
@@ -170,23 +227,34 @@ def machine_problems(document: YamlDocument, config: RunConfig) -> list[Problem]
     return problems + _cuda_problems(document, config)
 
 
+def backends(config: RunConfig) -> dict[tuple, BackendConfig]:
+    """Every backend of the config, by its YAML path: each role of each section, and each judge's."""
+    found = {("generation",): config.generation,
+             **{("stage1", "judges", i, "backend"): j.backend for i, j in enumerate(config.stage1.judges) if j.backend}}
+    if config.stage2 is not None:
+        found |= {("stage2", role): b for role in ("director", "speaker", "user")
+                  if (b := getattr(config.stage2, role)) is not None}
+        found |= {("stage2", "judges", i, "backend"): j.backend for i, j in enumerate(config.stage2.judges)
+                  if j.backend}
+    if config.eval is not None:
+        found |= {("eval", role): b for role in ("director", "director_dpo", "speaker", "sft")
+                  if (b := getattr(config.eval, role))}
+        found |= {("eval", panel, i, "backend"): j.backend for panel in ("judges", "group_judges")
+                  for i, j in enumerate(getattr(config.eval, panel)) if j.backend}
+        if config.eval.pairwise.backend is not None:
+            found[("eval", "pairwise", "backend")] = config.eval.pairwise.backend
+    found |= {("chat", role): b for role in ("speaker", "director") if (b := getattr(config.chat, role)) is not None}
+    return found
+
+
 def _cuda_problems(document: YamlDocument, config: RunConfig) -> list[Problem]:
     wants_cuda = {("train", name, "bf16"): ("bf16 needs a CUDA GPU", "bf16: false to train in float32")
                   for name, trainer in config.train.trainers.items() if trainer.bf16 and not trainer.use_cpu}
-    backends = {("generation",): config.generation,
-                **{("stage1", "judges", i, "backend"): j.backend for i, j in enumerate(config.stage1.judges) if j.backend}}
-    if config.stage2 is not None:
-        backends |= {("stage2", role): b for role in ("director", "speaker", "user")
-                     if (b := getattr(config.stage2, role)) is not None}
-        backends |= {("stage2", "judges", i, "backend"): j.backend for i, j in enumerate(config.stage2.judges)
-                     if j.backend}
-    if config.eval is not None:
-        backends |= {("eval", role): b for role in ("director", "director_dpo", "speaker", "sft")
-                     if (b := getattr(config.eval, role))}
-        backends |= {("eval", panel, i, "backend"): j.backend for panel in ("judges", "group_judges")
-                     for i, j in enumerate(getattr(config.eval, panel)) if j.backend}
-    wants_cuda |= {(*loc, "device"): (f"device '{b.device}' is a CUDA GPU", "device: auto or cpu")
-                   for loc, b in backends.items() if b.kind == "transformers" and b.device.startswith("cuda")}
+    devices = {(*loc, "device"): b.device for loc, b in backends(config).items() if b.kind == "transformers"}
+    if (classifier := config.chat.safety.classifier) is not None:  # a transformers pipeline, on its device
+        devices[("chat", "safety", "classifier", "device")] = classifier.device
+    wants_cuda |= {loc: (f"device '{device}' is a CUDA GPU", "device: auto or cpu")
+                   for loc, device in devices.items() if device.startswith("cuda")}
     if not wants_cuda or _cuda_visible():
         return []
     return [document.problem(loc, f"{reason}, and none is visible on this machine; set {fix} here, or check a config "
@@ -202,9 +270,18 @@ def _cuda_visible() -> bool:
     return torch.cuda.is_available()
 
 
+def _missing_file(document: YamlDocument, loc: tuple, target: Path) -> list[Problem]:
+    """A path where a file belongs that is no file, reported at the config line that names it."""
+    if target.is_dir():
+        return [document.problem(loc, f"{target} is a folder; expected a file")]
+    if not target.is_file():
+        return [document.problem(loc, f"no such file: {target}")]
+    return []
+
+
 def _load(problems: list[Problem], document: YamlDocument, loc: tuple, target: Path, loader: Callable[[Path], Any]):
-    if not target.exists():
-        problems.append(document.problem(loc, f"no such file: {target}"))
+    if missing := _missing_file(document, loc, target):
+        problems.extend(missing)
         return None
     try:
         return loader(target)

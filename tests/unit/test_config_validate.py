@@ -207,10 +207,23 @@ BROKEN_CONFIGS = [
      ["eval.rubric", "judge 'heuristic' (eval.judges[0]) cannot score rubric", "group_emotional_support.yaml"]),
     ("eval-llm-judge-without-backend", "tiny.yaml", ("eval.pairwise", {"kind": "llm"}),
      ["eval.pairwise.backend", "needs 'backend'"]),
+    ("eval-pairwise-judge-cannot-score-its-rubric", "tiny.yaml", ("eval.group_rubric", "rubrics/emotional_support.yaml"),
+     ["eval.pairwise", "the pairwise judge 'heuristic' weighs by the collective rubric",
+      "(eval.group_rubric) and cannot score it: the group heuristic judge has no formula"]),
+    ("eval-adapter-is-a-file", "tiny.yaml", ("eval.speaker", {"kind": "transformers", "model": "tiny:lm",
+                                                             "adapter": "tiny.yaml"}),
+     ["eval.speaker.adapter", "tiny.yaml is a file; expected a PEFT adapter folder"]),
+    ("rubric-is-a-folder", "tiny.yaml", ("stage1.rubric", "rubrics"), ["stage1.rubric", "rubrics is a folder; expected a file"]),
     # The chat's section
     ("chat-no-turns", "tiny.yaml", ("chat.turns", 0), ["chat.turns", "greater than or equal to 1", "got 0"]),
     ("chat-rules-missing", "tiny.yaml", ("chat.safety.rules", "rules/nope.yaml"),
      ["chat.safety.rules", "no such file", "nope.yaml"]),
+    ("chat-rules-is-a-folder", "tiny.yaml", ("chat.safety.rules", "rosters"), ["chat.safety.rules", "is a folder"]),
+    ("chat-rules-not-a-rules-file", "tiny.yaml", ("chat.safety.rules", "rosters/emotional_support.yaml"),
+     ["chat.safety.rules", "emotional_support.yaml is not a safety-rules file the chat can use"]),
+    ("chat-adapter-missing", "tiny.yaml", ("chat.speaker", {"kind": "transformers", "model": "tiny:lm",
+                                                           "adapter": "runs/nope/stage1/speaker"}),
+     ["chat.speaker.adapter", "runs/nope/stage1/speaker does not exist; expected a PEFT adapter folder"]),
     ("accelerate-config-missing", "tiny.yaml", ("train.speaker.accelerate_config", "accelerate/nope.yaml"),
      ["train.speaker.accelerate_config", "no such file", "nope.yaml"]),
     ("chat-classifier-threshold", "tiny.yaml", ("chat.safety.classifier", {"model": "x/y", "threshold": 2}),
@@ -327,6 +340,15 @@ def test_a_cuda_device_needs_a_gpu_too(workdir):
         pytest.skip("this machine has a GPU")
     path = _write(workdir, "cuda.yaml", _set(_yaml(workdir / "tiny.yaml"), "generation.device", "cuda:1"))
     _check(path, ["generation.device", "device 'cuda:1' is a CUDA GPU, and none is visible"])
+    # every role's device, the chat's too, as eval.director's
+    data = _set(_yaml(workdir / "tiny.yaml"), "chat.speaker", {"kind": "transformers", "model": "tiny:lm",
+                                                                "device": "cuda"})
+    data = _set(data, "chat.safety.classifier", {"model": "some/classifier", "device": "cuda"})
+    output = _check(_write(workdir, "chat-cuda.yaml", data), ["2 problem(s)", "device 'cuda' is a CUDA GPU"])
+    for where in ("chat.speaker.device", "chat.safety.classifier.device"):
+        assert _located(output, "chat-cuda.yaml", where), output
+    assert runner.invoke(app, ["config", "validate", str(workdir / "chat-cuda.yaml"),
+                               "--no-machine-checks"]).exit_code == 0
 
 
 @pytest.mark.parametrize("kind", ["dask", "ray"])
@@ -446,6 +468,36 @@ def test_an_evaluation_needs_stage2(workdir):
                                                      "needs a 'stage2' section"])
 
 
+def test_a_listed_system_needs_the_section_that_trains_or_serves_it(workdir):
+    data = _yaml(workdir / "tiny.yaml")
+    del data["train"]["director_dpo"]
+    data["eval"]["systems"].append("mascot_dpo")
+    output = _check(_write(workdir, "no-dpo.yaml", data), [
+        "eval.systems[10]", ("'mascot_dpo' plays the DPO Director, which train.director_dpo trains (or "
+        "eval.director_dpo serves), but the config has neither section")], "--no-machine-checks")
+    assert _located(output, "no-dpo.yaml", "eval.systems[10]"), output
+    data["eval"]["director_dpo"] = {"kind": "openai", "model": "director-dpo", "base_url": "http://127.0.0.1:8000/v1"}
+    served = runner.invoke(app, ["config", "validate", str(_write(workdir, "served-dpo.yaml", data))])
+    assert served.exit_code == 0, served.output
+
+
+def test_the_chat_safety_rules_are_loaded_and_compiled_at_their_config_line(workdir):
+    from mascot.chat.safety import DEFAULT_RULES
+
+    # A broken regular expression in a copy of the shipped rules: the first quoted pattern loses its closing.
+    text = DEFAULT_RULES.read_text()
+    first = re.search(r"(?m)^\s*- '\\b", text)
+    broken = text[:first.end()] + "(" + text[first.end():]
+    line = text[:first.start()].count("\n") + 1
+    rules = _write(workdir, "rules-broken.yaml", broken)
+    path = _write(workdir, "broken-rules.yaml", _set(_yaml(workdir / "tiny.yaml"), "chat.safety.rules", str(rules)))
+    output = _check(path, ["chat.safety.rules", f"{rules} is not a safety-rules file the chat can use",
+                           f"rules-broken.yaml:{line}:"], "--no-machine-checks")
+    assert _located(output, "broken-rules.yaml", "chat.safety.rules"), output
+    rules.write_text(text)
+    assert runner.invoke(app, ["config", "validate", str(path), "--no-machine-checks"]).exit_code == 0
+
+
 def test_the_sft_baseline_needs_its_trainer(workdir):
     data = _yaml(workdir / "tiny.yaml")
     del data["train"]["sft"]
@@ -514,7 +566,10 @@ def test_every_file_the_run_cannot_use_is_listed_at_its_own_line(workdir):
     data = _set(_yaml(workdir / "tiny.yaml"), "data.roster", _one_persona_roster(workdir))
     data = _set(_set(data, "data.users", _meetings_users(workdir)), "stage2.rubric", "rubrics/emotional_support.yaml")
     path = _write(workdir, "three-problems.yaml", data)
-    output = _check(path, ["3 problem(s)", "enabled persona(s)", "have none for domain", "cannot score rubric"])
+    # the fourth: the pairwise judge weighs by stage2.rubric too, where eval.group_rubric is not given
+    output = _check(path, ["4 problem(s)", "enabled persona(s)", "have none for domain", "cannot score rubric",
+                           "the pairwise judge 'heuristic' weighs by the collective rubric"])
+    assert _located(output, "three-problems.yaml", "eval.pairwise"), output
     rows = path.read_text().splitlines()
     stage2 = rows.index("stage2:")
     for yaml_path, key, start in (("data.roster", "roster:", 0), ("data.users", "users:", 0),
