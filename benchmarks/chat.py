@@ -78,7 +78,7 @@ async def tabs(url: str, count: int, messages: int, turns: int) -> list[tuple[fl
     import httpx
 
     async with httpx.AsyncClient(timeout=600) as client:
-        sessions = [(await client.post(f"{url}/api/sessions")).json()["id"] for _ in range(count)]
+        sessions = [(await client.post(f"{url}/api/sessions", json={})).json()["id"] for _ in range(count)]
 
         async def talk(index: int, session: str) -> list[tuple[float, float, float]]:
             return [await exchange(client, url, session, MESSAGES[(index + m) % len(MESSAGES)], turns)
@@ -86,7 +86,7 @@ async def tabs(url: str, count: int, messages: int, turns: int) -> list[tuple[fl
 
         timings = await asyncio.gather(*(talk(i, s) for i, s in enumerate(sessions)))
         for session in sessions:
-            await client.post(f"{url}/api/sessions/{session}/close")
+            await client.post(f"{url}/api/sessions/{session}/close", json={})
     return [timing for tab in timings for timing in tab]
 
 

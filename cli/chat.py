@@ -5,12 +5,16 @@
     mascot chat --replay talk.json [--web]      a saved conversation, rendered again
 
 The terminal renders the events of `mascot.chat.session` with rich: each persona in its colour, a
-reply growing as it streams, the guard's answers in a red panel.
+reply growing as it streams, the guard's answers in a red panel. Every text a person, a model or a rules
+file wrote goes through `plain`: printed as text, never read as rich markup (a `[/red]` in a reply would
+crash the chat, and a Markdown link in a crisis answer would lose its text), with its control characters
+shown, not sent to the terminal (an ANSI sequence in a reply could restyle or clear the screen).
 """
 
 from __future__ import annotations
 
 import asyncio
+import unicodedata
 from pathlib import Path
 from typing import Annotated
 
@@ -21,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cli.common import console, errors, fail
-from cli.web import AllowRemoteOption, HostOption, PortOption
+from cli.web import AllowHostOption, AllowRemoteOption, HostOption, PortOption
 
 COMMANDS = {
     "/who": "the companions taking part",
@@ -49,6 +53,7 @@ def chat(
     host: HostOption = "127.0.0.1",
     port: PortOption = 8765,
     allow_remote: AllowRemoteOption = False,
+    allow_host: AllowHostOption = None,
 ):
     """Talk to the companion group trained in RUN_DIR: the trained Director picks who speaks, and each persona
     replies in its own voice, streamed. Messages that suggest a crisis are answered with crisis resources
@@ -59,8 +64,10 @@ def chat(
         fail("give a run directory to talk to its group, or --replay TRANSCRIPT.json to render a saved conversation")
     if web:
         from cli.web import check_host, serve
+        from cli.web.guard import served_names
 
         check_host(host, allow_remote)
+        names = served_names(host, allow_host or ())
     if replay is not None:
         try:
             transcript = load_transcript(replay)
@@ -69,7 +76,7 @@ def chat(
         if web:
             from cli.web.chat_app import chat_app
 
-            serve(chat_app(replay=transcript), host, port, f"the conversation in {replay}")
+            serve(chat_app(replay=transcript, names=names), host, port, f"the conversation in {replay}")
         else:
             render_transcript(transcript)
         return
@@ -79,7 +86,7 @@ def chat(
         from cli.web.chat_app import chat_app
 
         serve(chat_app(group, max_sessions=chat_config.max_sessions, session_idle_s=chat_config.session_idle_s,
-                       seed=seed), host, port, f"the group trained in {run_dir}")
+                       seed=seed, names=names), host, port, f"the group trained in {run_dir}")
     else:
         asyncio.run(terminal(group, seed))
 
@@ -106,28 +113,39 @@ def load_chat(run_dir: Path, personas: str | None, turns: int | None, config: Pa
 
 # The terminal.
 
+def visible(text: str) -> str:
+    """`text` with each control character but newline and tab written out (ESC as \\x1b), so the terminal shows it
+    and does not obey it."""
+    return "".join(c if c in "\n\t" or unicodedata.category(c) != "Cc" else ascii(c)[1:-1] for c in text)
+
+
+def plain(text: str, look: str = "") -> Text:
+    """Text from a person, a model or a rules file, as rich shows it: as text, never as markup."""
+    return Text(visible(text), style=look)
+
+
 def style(transcript, speaker: str) -> str:
     color = next((p.color for p in transcript.personas if p.id == speaker), "white")
     return f"bold {color}"
 
 
 def show_notice(transcript) -> None:
-    console.print(Panel(transcript.notice, title="Before you start", border_style="yellow", expand=False))
+    console.print(Panel(plain(transcript.notice), title="Before you start", border_style="yellow", expand=False))
 
 
 def show_roster(transcript) -> None:
     table = Table(show_header=False, box=None, padding=(0, 1))
     for persona in transcript.personas:
-        table.add_row(Text(persona.name, style=style(transcript, persona.id)), persona.role, Text(persona.id, "dim"))
+        table.add_row(plain(persona.name, style(transcript, persona.id)), plain(persona.role), plain(persona.id, "dim"))
     console.print(table)
 
 
 def show_crisis(text: str) -> None:
-    console.print(Panel(text, title="Safety guard", border_style="red"))
+    console.print(Panel(plain(text), title="Safety guard", border_style="red"))
 
 
 def show_reply(transcript, entry) -> None:
-    line = Text(f"{entry.name}: ", style=style(transcript, entry.speaker)).append(entry.text)
+    line = plain(f"{entry.name}: ", style(transcript, entry.speaker)).append_text(plain(entry.text))
     console.print(line)
 
 
@@ -149,9 +167,9 @@ def show_why(transcript, entry) -> None:
 def show_directive(transcript, entry) -> None:
     directive = entry.directive
     table = Table(show_header=False, box=None, padding=(0, 1), title="Why the last reply", title_justify="left")
-    table.add_row("speaker", Text(transcript.name_of(directive.speaker), style=style(transcript, directive.speaker)))
-    table.add_row("instruction", directive.instruction)
-    table.add_row("tone", directive.tone or "(none)")
+    table.add_row("speaker", plain(transcript.name_of(directive.speaker), style(transcript, directive.speaker)))
+    table.add_row("instruction", plain(directive.instruction))
+    table.add_row("tone", plain(directive.tone or "(none)"))
     table.add_row("fallback", "yes: the Director gave no valid directive" if directive.fallback else "no")
     table.add_row("attempts", str(directive.attempts))
     if entry.discarded:
@@ -162,12 +180,12 @@ def show_directive(transcript, entry) -> None:
 def render_transcript(transcript) -> None:
     from mascot.chat.transcript import CrisisEntry, ReplyEntry, UserEntry
 
-    console.print(Text(f"{transcript.group}, run {transcript.run}, {transcript.started_at}", style="bold"))
+    console.print(plain(f"{transcript.group}, run {transcript.run}, {transcript.started_at}", "bold"))
     show_notice(transcript)
     show_roster(transcript)
     for entry in transcript.entries:
         if isinstance(entry, UserEntry):
-            console.print(Text("you: ", style="bold").append(entry.text))
+            console.print(Text("you: ", style="bold").append_text(plain(entry.text)))
         elif isinstance(entry, ReplyEntry):
             show_reply(transcript, entry)
         elif isinstance(entry, CrisisEntry):
@@ -215,12 +233,12 @@ async def exchange(session, line: str) -> None:
             if kind == "crisis":
                 show_crisis(event["text"])
             elif kind == "directive":
-                text = Text(f"{transcript.name_of(event['speaker'])}: ", style=style(transcript, event["speaker"]))
+                text = plain(f"{transcript.name_of(event['speaker'])}: ", style(transcript, event["speaker"]))
                 prefix = len(text)
                 live = Live(text, console=console, auto_refresh=False, transient=False)
                 live.start()
             elif kind == "delta":
-                text.append(event["text"])
+                text.append_text(plain(event["text"]))
                 live.refresh()
             elif kind == "discard":
                 text.right_crop(len(text) - prefix)
@@ -255,10 +273,10 @@ def command(session, line: str) -> bool:
             except OSError as exc:
                 errors.print(Text(f"could not save: {exc}", style="red"))
             else:
-                console.print(f"saved {saved[0]} and {saved[1]}", highlight=False, soft_wrap=True)
+                console.print(plain(f"saved {saved[0]} and {saved[1]}"), highlight=False, soft_wrap=True)
     else:
         if name != "/help":
-            errors.print(Text(f"unknown command {name}", style="red"))
+            errors.print(plain(f"unknown command {name}", "red"))
         for usage, meaning in COMMANDS.items():
             console.print(Text(f"  {usage:<11}", style="bold").append(meaning))
     return True

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from cli.common import console, fail
-from cli.web import AllowRemoteOption, HostOption, PortOption
+from cli.web import AllowHostOption, AllowRemoteOption, HostOption, PortOption
 
 eval_app = typer.Typer(help="Human preference: blind sheets for raters, and their ratings.", no_args_is_help=True)
 
@@ -115,6 +115,7 @@ def rate(
     host: HostOption = "127.0.0.1",
     port: PortOption = 8766,
     allow_remote: AllowRemoteOption = False,
+    allow_host: AllowHostOption = None,
 ):
     """Rate the blind comparisons of `export-human` in a local web page, one at a time, with keyboard shortcuts.
 
@@ -122,6 +123,7 @@ def rate(
     rater who comes back finds their choices. The page shows what the sheets show, never the key.
     """
     from cli.web import check_host, serve
+    from cli.web.guard import served_names
     from cli.web.rating_app import rating_app
     from mascot.artifacts import ArtifactChanged
     from mascot.evaluation.human import HumanRatingsError, read_key, sheet_items
@@ -133,7 +135,8 @@ def rate(
     key = key or default_key(run_dir)
     try:
         items = sheet_items(run_dir, key)
-        app = rating_app(items, read_key(key), out or run_dir / "eval" / "human_ratings")
+        app = rating_app(items, read_key(key), out or run_dir / "eval" / "human_ratings",
+                         served_names(host, allow_host or ()))
     except (HumanRatingsError, FileNotFoundError, ArtifactChanged) as exc:
         fail(exc)
     serve(app, host, port, f"{len(items)} blind comparisons of {run_dir}")

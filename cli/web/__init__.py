@@ -16,6 +16,9 @@ STATIC = Path(__file__).with_name("static")
 
 HostOption = Annotated[str, typer.Option(help="--web: the address to listen on.")]
 PortOption = Annotated[int, typer.Option(min=1, max=65535, help="--web: the port to listen on.")]
+AllowHostOption = Annotated[list[str] | None, typer.Option(
+    "--allow-host", help="--web: a further Host name the page answers to, such as the public name of the reverse "
+                         "proxy in front of it (repeat for more); any other name is refused (docs/chat.md).")]
 AllowRemoteOption = Annotated[bool, typer.Option(
     "--allow-remote", help="--web: allow --host to be other than loopback. The page has no authentication: put it "
                            "behind a reverse proxy that has one (docs/chat.md).")]

@@ -7,10 +7,12 @@ event loop serves every tab and every request of the models is asynchronous, so 
 still answering, or that reads its stream slowly, holds up no other tab; the in-process models decode
 the tabs' requests in one batch.
 
-Everything is bounded: a message's length (and a request body's size), the messages of a conversation,
-and the conversations open at once (`chat.max_sessions`; one idle for `chat.session_idle_s` is dropped).
-There is no authentication: the server binds to 127.0.0.1 unless told otherwise (docs/chat.md says how to
-put it behind a reverse proxy that authenticates).
+Everything is bounded: a message's length in characters, counted once the JSON is parsed, and apart from
+it a request body's size in bytes (`body_limit`: room for every character to be escaped), the messages of a
+conversation, and the conversations open at once (`chat.max_sessions`; one idle for `chat.session_idle_s` is
+dropped). Only the page itself can drive the API (`cli.web.guard`: the Host names it is served at, the
+Origin of every POST, JSON bodies only). There is no authentication: the server binds to 127.0.0.1 unless
+told otherwise (docs/chat.md says how to put it behind a reverse proxy that authenticates).
 
 With a transcript instead of a group (`--replay`), the same page shows that conversation, read-only.
 """
@@ -30,11 +32,22 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cli.web import STATIC
+from cli.web.guard import LOOPBACK_NAMES, LocalPageGuard
 from mascot.chat.session import ChatLimitError, ChatSession, CompanionGroup
 from mascot.chat.transcript import Transcript, persona_views
 from mascot.llm import BackendError
 
 MAX_TURNS = 8
+# JSON may escape every character: `\u00e9` is 6 bytes for one character, and one outside the Basic
+# Multilingual Plane (an emoji) is a surrogate pair, `\ud83d\ude00`, 12 bytes. Python's json.dumps and
+# `requests` escape all non-ASCII text by default, so the byte limit must leave room for that.
+BYTES_PER_CHAR = 12
+BODY_OVERHEAD = 1024  # the keys, the turns, whitespace
+
+
+def body_limit(max_message_chars: int) -> int:
+    """The largest request body a message may come in, in bytes; the message's own limit is in characters."""
+    return BYTES_PER_CHAR * max_message_chars + BODY_OVERHEAD
 
 
 class MessageBody(BaseModel):
@@ -101,9 +114,10 @@ def download(transcript: Transcript, format: str):
 
 
 def chat_app(group: CompanionGroup | None = None, *, replay: Transcript | None = None, max_sessions: int = 8,
-             session_idle_s: float = 1800.0, seed: int | None = None) -> FastAPI:
-    """The page and its API for `group`, or a read-only page showing `replay`."""
+             session_idle_s: float = 1800.0, seed: int | None = None, names=LOOPBACK_NAMES) -> FastAPI:
+    """The page and its API for `group`, or a read-only page showing `replay`, answering to the Host `names`."""
     app = FastAPI(title="mascot chat", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(LocalPageGuard, names=names)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     sessions = Sessions(group, max_sessions, session_idle_s, seed) if group is not None else None
 
@@ -136,12 +150,14 @@ def chat_app(group: CompanionGroup | None = None, *, replay: Transcript | None =
     @app.post("/api/sessions/{key}/messages")
     async def message(key: str, request: Request) -> StreamingResponse:
         entry = live().get(key)
-        size = int(request.headers.get("content-length") or 0)
-        if size > 4 * group.max_message_chars + 1024:  # JSON escapes at most ~4 bytes per character, plus the rest
-            raise HTTPException(413, f"the request is {size} bytes; a message may have at most "
-                                     f"{group.max_message_chars} characters")
+        limit, raw = body_limit(group.max_message_chars), bytearray()
+        async for chunk in request.stream():  # read no further than the limit, whatever content-length says
+            raw += chunk
+            if len(raw) > limit:
+                raise HTTPException(413, f"the request is over {limit} bytes; a message may have at most "
+                                         f"{group.max_message_chars} characters")
         try:
-            body = MessageBody.model_validate_json(await request.body())
+            body = MessageBody.model_validate_json(bytes(raw))
         except ValidationError as exc:
             raise HTTPException(422, f"expected {{\"text\": ..., \"turns\": 1-{MAX_TURNS} or null}}: "
                                      f"{exc.errors()[0]['msg']}") from None

@@ -19,6 +19,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
 from cli.web import STATIC
+from cli.web.guard import LOOPBACK_NAMES, LocalPageGuard
 from mascot.evaluation.human import (
     CHOICES,
     HumanKey,
@@ -39,9 +40,11 @@ class RatingBody(BaseModel):
     comment: str = Field(default="", max_length=2000)
 
 
-def rating_app(items: list[SheetItem], key: HumanKey, out: Path) -> FastAPI:
-    """The rating page for `items` (in the sheets' order); ratings go to `out`/ratings-<rater>.csv."""
+def rating_app(items: list[SheetItem], key: HumanKey, out: Path, names=LOOPBACK_NAMES) -> FastAPI:
+    """The rating page for `items` (in the sheets' order), answering to the Host `names`; ratings go to
+    `out`/ratings-<rater>.csv. Only the page itself can record a rating (`cli.web.guard`)."""
     app = FastAPI(title="mascot eval rate", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(LocalPageGuard, names=names)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     known = {item.item_id for item in items}
     writing = asyncio.Lock()  # one writer per file at a time; a rater's file holds all their ratings

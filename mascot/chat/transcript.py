@@ -12,7 +12,8 @@ Markdown rendering of it for case studies. Each entry is one of:
 - `reset`: the person started a new conversation.
 
 The roster is stored with the transcript, so a replay shows the names and colours of the group that
-spoke, whatever the roster file says now.
+spoke, whatever the roster file says now; `load_transcript` refuses a file whose replies are by a speaker
+outside that roster, naming the entry and the field.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ class PersonaView(BaseModel):
     id: str
     name: str
     role: str
-    color: str
+    color: str = Field(pattern=r"^#[0-9a-fA-F]{6}$", description="#rrggbb; a replay styles the persona's name with it.")
 
 
 def persona_views(roster: Roster) -> list[PersonaView]:
@@ -181,7 +182,27 @@ def load_transcript(path: Path) -> Transcript:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise TranscriptError(f"{path}: not a mascot chat transcript (its 'format' is not {FORMAT!r})")
     try:
-        return Transcript.model_validate(data)
+        transcript = Transcript.model_validate(data)
     except ValidationError as exc:
         problems = [f"{path}: {'.'.join(map(str, e['loc'])) or 'transcript'}: {e['msg']}" for e in exc.errors()]
         raise TranscriptError("\n".join(problems)) from None
+    problems = [f"{path}: {problem}" for problem in roster_problems(transcript)]
+    if problems:
+        raise TranscriptError("\n".join(problems))
+    return transcript
+
+
+def roster_problems(transcript: Transcript) -> list[str]:
+    """Replies by a speaker outside the transcript's own roster (`personas`), each as `entries.N.field: message`:
+    the file is not a conversation this group had, so it is refused rather than shown under a made-up name."""
+    ids = [p.id for p in transcript.personas]
+    problems = [f"personas.{i}.id: {persona_id!r} appears more than once" for i, persona_id in enumerate(ids)
+                if persona_id in ids[:i]]
+    for index, entry in enumerate(transcript.entries):
+        if not isinstance(entry, ReplyEntry):
+            continue
+        for field, speaker in (("speaker", entry.speaker), ("directive.speaker", entry.directive.speaker)):
+            if speaker not in ids:
+                problems.append(f"entries.{index}.{field}: {speaker!r} is not a persona of this transcript; "
+                                f"expected one of its personas: {', '.join(ids) or '(none listed)'}")
+    return problems

@@ -4,11 +4,13 @@ the tiny profile's Speaker and Director in process; and what it refuses, with th
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 
 import pexpect
 import pytest
+import yaml
 from stage1_runs import MASCOT, REPO
 
 from mascot.chat.transcript import load_transcript
@@ -109,3 +111,91 @@ def test_what_chat_refuses_it_names(run_dir, tmp_path, arguments, message):
     result = subprocess.run([MASCOT, "chat", *filled], check=False, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in " ".join(result.stderr.split()), result.stderr
+
+
+# Text that rich would read as markup ([/red] crashed the replay; [bold] styled the rest), a Markdown link whose text
+# is a helpline's name, and an ANSI sequence that would clear the screen: each must reach the screen as written.
+NASTY = "[/red] [bold]kept [988 Lifeline](https://988lifeline.org) \x1b[2Jwiped"
+SHOWN = ["[/red] [bold]kept", "[988 Lifeline](https://988lifeline.org)", "\\x1b[2Jwiped"]
+
+
+WIDE = {**os.environ, "COLUMNS": "250"}  # each text on one line of the screen, whatever pytest's COLUMNS says
+
+
+def nasty_transcript(folder):
+    from mascot.chat.transcript import (
+        CrisisEntry,
+        DirectiveView,
+        ReplyEntry,
+        Transcript,
+        UserEntry,
+        persona_views,
+    )
+
+    transcript = Transcript(run=str(folder), group=ROSTER.name, domain=ROSTER.domain, personas=persona_views(ROSTER),
+                            seed=0, notice=f"notice {NASTY}")
+    transcript.entries += [UserEntry(text=f"user {NASTY}"),
+                           ReplyEntry(speaker="beacon", name="The Beacon", text=f"reply {NASTY}",
+                                      directive=DirectiveView(speaker="beacon", instruction=NASTY, fallback=False,
+                                                              attempts=1)),
+                           CrisisEntry(text=f"crisis {NASTY}")]
+    return transcript
+
+
+def screen_of(raw: str) -> str:
+    assert "\x1b[2J" not in raw, "an escape sequence from the text reached the terminal"
+    return " ".join(ANSI.sub("", raw).split())
+
+
+def test_replay_prints_text_as_text_never_as_markup(tmp_path):
+    path, _ = nasty_transcript(tmp_path).save(tmp_path / "nasty.json")
+    replay = pexpect.spawn(MASCOT, ["chat", "--replay", str(path)], encoding="utf-8", timeout=60,
+                           dimensions=(60, 250), env=WIDE)
+    replay.expect(pexpect.EOF)
+    replay.close()
+    assert replay.exitstatus == 0, replay.before
+    screen = screen_of(replay.before)
+    for where in ("notice", "you: user", "The Beacon: reply", "crisis"):
+        assert f"{where} {' '.join(SHOWN)}" in screen, (where, screen)
+
+
+def test_the_live_terminal_prints_the_rules_texts_as_text(run_dir, tmp_path):
+    from mascot.chat.safety import DEFAULT_RULES
+
+    # A custom rules file: the shipped one with its notice and crisis answer replaced (only those two texts).
+    rules = yaml.safe_load(DEFAULT_RULES.read_text())
+    rules |= {"notice": f"notice {NASTY}", "crisis_reply": f"crisis {NASTY}"}
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules))
+    config = yaml.safe_load((run_dir.parents[1] / "chat.yaml").read_text())
+    config["chat"]["safety"] = {"rules": str(tmp_path / "rules.yaml")}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    chat = pexpect.spawn(MASCOT, ["chat", str(run_dir), "--config", str(tmp_path / "config.yaml"), "--seed", "1"],
+                         encoding="utf-8", timeout=180, dimensions=(60, 250), env=WIDE)
+    chat.expect_exact(PROMPT)
+    assert f"notice {' '.join(SHOWN)}" in screen_of(chat.before), chat.before
+    chat.sendline("I want to end it all")
+    chat.expect_exact(PROMPT)
+    answer = screen_of(chat.before)
+    assert "Safety guard" in answer and f"crisis {' '.join(SHOWN)}" in answer, answer
+    chat.sendline("/quit")
+    chat.expect(pexpect.EOF)
+    chat.close()
+    assert chat.exitstatus == 0
+
+
+def test_a_reply_by_a_speaker_outside_the_transcripts_roster_is_refused(tmp_path):
+    stranger = nasty_transcript(tmp_path).model_dump(mode="json")
+    stranger["entries"][1]["speaker"] = "ghost"  # a reply by someone outside the transcript's own roster
+    (tmp_path / "stranger.json").write_text(json.dumps(stranger))
+    result = subprocess.run([MASCOT, "chat", "--replay", str(tmp_path / "stranger.json")], check=False,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert (f"{tmp_path / 'stranger.json'}: entries.1.speaker: 'ghost' is not a persona of this transcript; expected "
+            "one of its personas: anchor, catalyst, beacon") in " ".join(result.stderr.split()), result.stderr
+    assert "The Beacon" not in result.stdout, "nothing of it was shown"
+    painted = nasty_transcript(tmp_path).model_dump(mode="json")
+    painted["personas"][0]["color"] = "[red"  # a replay styles names with it: rich would fail on it mid-replay
+    (tmp_path / "painted.json").write_text(json.dumps(painted))
+    result = subprocess.run([MASCOT, "chat", "--replay", str(tmp_path / "painted.json")], check=False,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "painted.json: personas.0.color" in result.stderr, result.stderr

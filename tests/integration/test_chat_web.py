@@ -36,7 +36,7 @@ def exchange(url: str, session: str, text: str, turns: int | None = None) -> lis
 
 
 def open_session(url: str) -> str:
-    response = httpx.post(f"{url}/api/sessions")
+    response = httpx.post(f"{url}/api/sessions", json={})
     assert response.status_code == 200, response.text
     return response.json()["id"]
 
@@ -84,16 +84,22 @@ def test_every_request_is_bounded(chat_run, simulated):
     group = load_group(chat_run, chat=simulated_chat(loopback), progress=False)
     with serve(chat_app(group, max_sessions=2, session_idle_s=3600)) as url:
         session = open_session(url)
-        huge = httpx.post(f"{url}/api/sessions/{session}/messages", content=b'{"text": "' + b"a" * 20000 + b'"}',
+        huge = httpx.post(f"{url}/api/sessions/{session}/messages", content=b'{"text": "' + b"a" * 30000 + b'"}',
                           headers={"content-type": "application/json"})
         assert huge.status_code == 413 and "at most 2000 characters" in huge.json()["detail"]
         long = httpx.post(f"{url}/api/sessions/{session}/messages", json={"text": "a" * 2001})
         assert long.status_code == 422 and "2001 characters; at most 2000" in long.json()["detail"]
+        # 1,990 characters, escaped as json.dumps and requests send them by default: \u00e9 is 6 bytes, an emoji 12
+        escaped = json.dumps({"text": "é" * 1000 + "\U0001F600" * 990, "turns": 1}).encode()
+        assert escaped.isascii() and len(escaped) > 4 * 2000 + 1024, "the old limit's 4 bytes a character"
+        accepted = httpx.post(f"{url}/api/sessions/{session}/messages", content=escaped, timeout=120,
+                              headers={"content-type": "application/json"})
+        assert accepted.status_code == 200 and '"type": "reply"' in accepted.text, accepted.text[:300]
         malformed = httpx.post(f"{url}/api/sessions/{session}/messages", json={"text": "hi", "turns": 99})
         assert malformed.status_code == 422 and "turns" in malformed.json()["detail"]
         assert httpx.post(f"{url}/api/sessions/nope/messages", json={"text": "hi"}).status_code == 404
         open_session(url)
-        full = httpx.post(f"{url}/api/sessions")
+        full = httpx.post(f"{url}/api/sessions", json={})
         assert full.status_code == 429 and "2 conversations are open already" in full.json()["detail"]
         # one message at a time per conversation
         answering = threading.Thread(target=exchange, args=(url, session, "first", 3))
@@ -103,7 +109,7 @@ def test_every_request_is_bounded(chat_run, simulated):
         answering.join()
         assert busy.status_code == 409 and "still answering" in busy.json()["detail"]
         # closing a conversation frees its place
-        assert httpx.post(f"{url}/api/sessions/{session}/close").status_code == 200
+        assert httpx.post(f"{url}/api/sessions/{session}/close", json={}).status_code == 200
         open_session(url)
 
 
@@ -140,7 +146,7 @@ def test_a_replay_serves_the_saved_conversation_read_only(chat_run, tmp_path):
     with serve(chat_app(replay=load_transcript(path))) as url:
         assert httpx.get(f"{url}/api/group").json()["replay"] is True
         assert httpx.get(f"{url}/api/replay").json()["seed"] == 0
-        assert httpx.post(f"{url}/api/sessions").status_code == 409
+        assert httpx.post(f"{url}/api/sessions", json={}).status_code == 409
 
 
 @pytest.fixture

@@ -8,6 +8,8 @@ let group = null;      // GET /api/group
 let session = null;    // this tab's conversation id
 let busy = false;
 const directives = new Map();  // reply or guard answer element -> the rows of its /why
+// The server takes only JSON POSTs from this page (cli/web/guard.py), even those with nothing to say.
+const JSON_POST = {method: "POST", headers: {"Content-Type": "application/json"}, body: "{}"};
 
 function personaOf(id) {
   return group.personas.find((p) => p.id === id) || {id, name: id, color: "#888", role: ""};
@@ -188,14 +190,15 @@ async function start() {
   for (let turns = 1; turns <= group.max_turns; turns++) {
     $("turns").append(new Option(String(turns), String(turns), false, turns === group.turns));
   }
-  const opened = await fetch("/api/sessions", {method: "POST"});
+  const opened = await fetch("/api/sessions", JSON_POST);
   if (!opened.ok) {
     $("error").textContent = (await opened.json()).detail;
     $("send").disabled = true;
     return;
   }
   session = (await opened.json()).id;
-  window.addEventListener("pagehide", () => navigator.sendBeacon(`/api/sessions/${session}/close`));
+  // keepalive: the request outlives the page (sendBeacon cannot send the JSON type the server requires)
+  window.addEventListener("pagehide", () => fetch(`/api/sessions/${session}/close`, {...JSON_POST, keepalive: true}));
   const input = $("input");
   const count = () => { $("count").textContent = `${input.value.length}/${group.max_message_chars}`; };
   input.addEventListener("input", count);
@@ -211,7 +214,7 @@ async function start() {
   });
   $("reset").addEventListener("click", async () => {
     if (busy) return;
-    await fetch(`/api/sessions/${session}/reset`, {method: "POST"});
+    await fetch(`/api/sessions/${session}/reset`, JSON_POST);
     add("reset", "A new conversation.");
   });
 }
