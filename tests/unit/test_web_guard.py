@@ -4,12 +4,16 @@ loopback and sent real requests."""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
+from chat_server import make_app
 from loopback_servers import serve
+from test_chat_session import group
 from test_human_ratings import export, make_run
 
-from cli.web.chat_app import chat_app
+from cli.web.chat_app import body_limit, chat_app
 from cli.web.guard import served_names
 from cli.web.rating_app import rating_app
 from mascot.chat.transcript import Transcript
@@ -78,3 +82,19 @@ def test_the_chat_page_refuses_the_same(tmp_path):
         assert httpx.post(f"{url}/api/sessions").status_code == 415
         assert httpx.post(f"{url}/api/sessions/x/close", content=b"{}",
                           headers={"content-type": "text/plain"}).status_code == 415
+
+
+def test_a_message_is_limited_in_characters_after_parsing_and_its_body_in_bytes_with_room_for_escapes():
+    with serve(make_app(seconds_per_token=0.0)) as models, serve(chat_app(group(models, max_message_chars=2000))) as url:
+        session = httpx.post(f"{url}/api/sessions", json={}).json()["id"]
+        messages = f"{url}/api/sessions/{session}/messages"
+        # 1,990 characters as json.dumps (and requests) send them: \u00e9 is 6 bytes, an emoji's surrogate pair 12
+        escaped = json.dumps({"text": "é" * 1000 + "\U0001F600" * 990, "turns": 1}).encode()
+        assert escaped.isascii() and len(escaped) > 4 * 2000 + 1024, "over the old limit of 4 bytes a character"
+        accepted = httpx.post(messages, content=escaped, headers={"content-type": "application/json"}, timeout=60)
+        assert accepted.status_code == 200 and '"type": "reply"' in accepted.text, accepted.text[:300]
+        long = httpx.post(messages, json={"text": "é" * 2001})
+        assert long.status_code == 422 and "2001 characters; at most 2000" in long.json()["detail"]
+        huge = httpx.post(messages, content=b'{"text": "' + b"a" * body_limit(2000) + b'"}',
+                          headers={"content-type": "application/json"})
+        assert huge.status_code == 413 and f"over {body_limit(2000)} bytes" in huge.json()["detail"]
