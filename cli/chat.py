@@ -158,7 +158,7 @@ def show_why(transcript, entry) -> None:
         table = Table(show_header=False, box=None, padding=(0, 1), title="Why the safety guard answered",
                       title_justify="left")
         for what, why in entry.reasons():
-            table.add_row(what, Text(why))
+            table.add_row(plain(what), plain(why))
         console.print(table)
     else:
         show_directive(transcript, entry)
