@@ -8,9 +8,12 @@ samples word-like text (and directive-shaped JSON after the Director's prompt), 
 Qwen3-0.6B). Held-out corpora are never used.
 
 The result is deterministic for a spec and cached under `<cache>/tiny-models/<input hash>/`; it
-is rebuilt only when the spec, the shipped text, the code that renders the prompts or the
-torch/transformers versions change. Both directories are ordinary Hugging Face model folders loaded by `from_pretrained`, so
-the code that loads them is the code that loads `Qwen/Qwen3-8B` on a GPU machine.
+is rebuilt only when the spec, this builder's code, the torch/transformers versions or the text the
+models are trained on change. That text is the warm start's examples as rendered (the training-split
+sample dialogues in the Speaker's and the Director's prompts), and the rosters and those two templates,
+which the tokenizer also reads: a template or a sample file that the build never reads does not rebuild
+them. Both directories are ordinary Hugging Face model folders loaded by `from_pretrained`, so the code
+that loads them is the code that loads `Qwen/Qwen3-8B` on a GPU machine.
 """
 
 from __future__ import annotations
@@ -46,11 +49,8 @@ WARM_START_CORPORA = [("empathetic_dialogues", "empathetic_dialogues"), ("qmsum"
 # The rosters as the package carries them (mascot/profiles is configs/), in a checkout and an installed wheel alike.
 ROSTERS_DIR = Path(__file__).resolve().parents[1] / "profiles" / "rosters"
 STAGE2_TRAINERS = ("group_rm", "director", "director_dpo", "sft")  # sft: the evaluation's, after Stage 2
-PACKAGE = Path(__file__).resolve().parents[1]
-# This file and the code that turns shipped text into the warm start's prompts.
-PROMPT_CODE = [Path(__file__), PACKAGE / "prompts" / "__init__.py", PACKAGE / "dialogue" / "directives.py",
-               PACKAGE / "dialogue" / "turns.py"]
-SHIPPED_TEXT_GLOBS = [(SAMPLES_DIR, "**/*"), (TEMPLATES_DIR, "*.j2"), (ROSTERS_DIR, "*.yaml")]
+# The templates the warm start renders (`speaker_messages`, `director_messages`): the tokenizer also reads them raw.
+WARM_START_TEMPLATES = ("speaker.j2", "director.j2")
 
 
 @dataclass(frozen=True)
@@ -62,26 +62,30 @@ class TinyModels:
         return {"tiny:lm": self.lm, "tiny:rm": self.rm}[ref]
 
 
-def _shipped_files() -> list[tuple[str, Path]]:
-    """(machine-independent name, path) of every shipped file the build reads."""
-    return [(f"{root.name}/{path.relative_to(root)}", path) for root, pattern in SHIPPED_TEXT_GLOBS
-            for path in sorted(root.glob(pattern)) if path.is_file()]
-
-
 def input_hash(spec: TinyModelSpec) -> str:
-    """Hash of everything the build depends on; a change to any of it means a rebuild."""
+    """Hash of everything the build depends on; a change to any of it means a rebuild.
+
+    The text is hashed as the warm start sees it (its examples, rendered), not as the files it comes
+    from, so the key follows the rendering code too and ignores whatever the examples never show.
+    """
     import torch
     import transformers
 
     digest = hashlib.sha256()
     digest.update(spec.model_dump_json().encode())
-    for module in PROMPT_CODE:
-        digest.update(module.read_bytes())
+    digest.update(Path(__file__).read_bytes())  # the builder: chat template, example layout, warm start
     digest.update(f"torch={torch.__version__} transformers={transformers.__version__}".encode())
-    for name, path in _shipped_files():
-        digest.update(name.encode())
-        digest.update(path.read_bytes())
+    examples = [{"messages": example.messages, "learn_prompt": example.learn_prompt}
+                for example in _training_examples()]
+    digest.update(json.dumps(examples, sort_keys=True).encode())
+    digest.update(json.dumps(_raw_texts()).encode())
     return digest.hexdigest()[:16]
+
+
+def _raw_texts() -> list[str]:
+    """The files the tokenizer reads as they are, besides the examples: the rosters and the warm start's templates."""
+    files = [*sorted(ROSTERS_DIR.glob("*.yaml")), *(TEMPLATES_DIR / name for name in WARM_START_TEMPLATES)]
+    return [path.read_text(encoding="utf-8", errors="replace") for path in files]
 
 
 def build_tiny_models(spec: TinyModelSpec, cache_root: str | Path, progress: bool = True) -> TinyModels:
@@ -212,8 +216,8 @@ def _build_tokenizer(spec: TinyModelSpec, examples: list[Example]):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    texts = [m["content"] for example in examples for m in example.messages]
-    texts += [p.read_text(encoding="utf-8", errors="replace") for _, p in _shipped_files() if p.suffix in {".yaml", ".j2"}]
+    # The text the key covers (`input_hash`): the examples, and the rosters and templates they were rendered from.
+    texts = [m["content"] for example in examples for m in example.messages] + _raw_texts()
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
