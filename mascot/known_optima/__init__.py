@@ -1,0 +1,14 @@
+"""Known-optimum checks: small worlds whose best behaviour is known by construction, each run through the
+project's own trainer, with two controls.
+
+A check plants a reward, trains with it, and measures on held-out prompts whether the policy moved
+towards the planted optimum, with an interval. Its controls train the same way with the reward's sign
+flipped (the policy must move the other way) and with the rewards shuffled across completions (the
+policy must stay where it was). A trainer that passes all three arms turns a reward into the behaviour
+it pays for; one that fails them cannot be trusted with a reward model whose optimum nobody knows.
+
+The tests run each check at a reduced budget (tests/unit/test_known_optima.py); `python
+benchmarks/learning.py` runs them at their full budget and prints the figures.
+
+- `director_grpo`: check 1, the Director's GRPO alone (`mascot.train.grpo.train_grpo_policy`).
+"""

@@ -1,0 +1,64 @@
+"""The parts of the known-optimum checks that need no model: the planted reward, its controls, the target."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mascot.known_optima.director_grpo import ArmResult, PlantedReward, director_world, pick_target, shares
+from mascot.roster import load_roster
+
+
+@pytest.fixture(scope="module")
+def roster(tiny_config):
+    return load_roster(tiny_config.data.roster)
+
+
+def directive(speaker: str) -> list[dict]:
+    return [{"role": "assistant", "content": json.dumps({"next_speaker": speaker, "instruction": "Listen.",
+                                                          "tone": None})}]
+
+
+def test_planted_reward_pays_the_target_only_and_its_sign_flips(roster):
+    completions = [directive("anchor"), directive("beacon"), [{"role": "assistant", "content": "no directive"}],
+                   directive("nobody")]
+    assert PlantedReward(roster, "anchor")([], completions) == [1.0, 0.0, 0.0, 0.0]
+    assert PlantedReward(roster, "anchor", sign=-1.0)([], completions) == [-1.0, -0.0, -0.0, -0.0]
+    assert PlantedReward(roster, "anchor").__name__ == "planted"
+
+
+def test_shuffled_rewards_keep_their_values_and_lose_their_completions(roster):
+    completions = [directive("anchor")] * 4 + [directive("catalyst")] * 12
+    shuffled = PlantedReward(roster, "anchor", shuffle_seed=0)
+    batches = [shuffled([], completions) for _ in range(20)]
+    assert all(sorted(batch) == [0.0] * 12 + [1.0] * 4 for batch in batches)
+    # The target's completions (the first four) get no more than their share of the reward.
+    paid = sum(sum(batch[:4]) for batch in batches) / sum(sum(batch) for batch in batches)
+    assert paid < 0.5
+
+
+def test_target_is_a_persona_sampling_reaches_but_has_not_settled_on(roster):
+    assert pick_target({"anchor": 0.6, "catalyst": 0.28, "beacon": 0.12, "invalid": 0.0}, roster) == "catalyst"
+    assert pick_target({"anchor": 0.45, "catalyst": 0.2, "beacon": 0.35, "invalid": 0.0}, roster) == "beacon"
+    with pytest.raises(ValueError, match=r"no persona has a base share between 0.15 and 0.5.*anchor"):
+        pick_target({"anchor": 0.9, "catalyst": 0.1, "beacon": 0.0, "invalid": 0.0}, roster)
+
+
+def test_shares_count_invalid_samples_in_the_denominator(roster):
+    assert shares({"a": ["anchor", None], "b": ["anchor", "beacon"]}, roster) == {
+        "anchor": 0.5, "catalyst": 0.0, "beacon": 0.25, "invalid": 0.25}
+
+
+def test_world_holds_out_contexts_the_training_prompts_never_show(roster):
+    world = director_world(roster)
+    assert len(world.training) == 40 and len(world.held_out) == 20
+    assert not {p.messages[-1]["content"] for p in world.training} & {p.messages[-1]["content"] for p in world.held_out}
+
+
+@pytest.mark.parametrize(("expected", "low", "high", "passed"), [
+    ("rise", 0.01, 0.2, True), ("rise", -0.01, 0.2, False), ("fall", -0.2, -0.01, True), ("fall", -0.2, 0.0, False),
+    ("stay", -0.1, 0.1, True), ("stay", 0.01, 0.1, False), ("stay", -0.1, -0.01, False)])
+def test_an_arm_passes_only_when_its_interval_says_what_it_must(expected, low, high, passed):
+    arm = ArmResult("arm", expected, 0.3, 0.3, {"mean": (low + high) / 2, "ci_low": low, "ci_high": high, "n": 20})
+    assert arm.passed is passed
