@@ -7,8 +7,8 @@ end (`TrajectoryRollouts`). In `trajectory` mode the policy being trained makes 
 directive of that trajectory: it samples from the adapter as it stands at this optimisation step
 (`mascot.train.grpo.PolicySnapshots`), read as written too. In `block` mode the trajectory is one
 block and the base Director plays the rest of it. The reward is the group reward model's score of
-the whole trajectory (the mean over `rollouts` rollouts) plus a small format reward, the share of
-the policy's directives in them that are valid (`TrajectoryReward`). Rollouts are seeded by the
+the whole trajectory (the mean over `rollouts` rollouts) plus a small format reward, 1 when the sampled
+directive itself is valid (`TrajectoryReward`): the later directives are not the completion's tokens. Rollouts are seeded by the
 state and the draw, not by the directive (common random numbers: the samples GRPO compares meet
 the same sampling noise), so the same directive under the same policy leads to the same
 trajectories, and they go through the request cache.
@@ -61,12 +61,11 @@ def _text(completion: Messages | str) -> str:
     return completion if isinstance(completion, str) else completion[-1]["content"]
 
 
-def policy_validity(trajectory: list[Turn], mode: str) -> float:
-    """The share of valid directives among those the policy made: every companion turn's in `trajectory`
-    mode, the first one's in `block` mode (the base Director made the others)."""
-    directives = [turn for turn in trajectory if turn.role == "companion"]
-    made = directives if mode == "trajectory" else directives[:1]
-    return statistics.fmean(0.0 if turn.fallback else 1.0 for turn in made)
+def sampled_validity(trajectory: list[Turn]) -> float:
+    """1 when the trajectory's first directive, the sampled completion, is valid, else 0. The later directives
+    are other samples (in `trajectory` mode the same policy's, rendered from fresh prompts) whose tokens get no
+    gradient here, so crediting them would reward this completion for what it did not write."""
+    return 0.0 if trajectory[0].fallback else 1.0
 
 
 class TrajectoryRollouts:
@@ -110,14 +109,12 @@ class TrajectoryRollouts:
 
     def terms(self, state_ids: list[str], texts: list[str], draws: int,
               policy: BackendConfig | None = None) -> dict[str, list[float]]:
-        """Per directive: the group reward model's mean score over its rollouts, the validity of the policy's
-        directives in them, and each rollout's score (`group_rm_rollouts`), with draw 0's trajectories."""
+        """Per directive: the group reward model's mean score over its rollouts, whether the directive itself is
+        valid (`format`), and each rollout's score (`group_rm_rollouts`), with draw 0's trajectories."""
         played = self.play(state_ids, texts, draws, policy)
         scores = self.score(state_ids, played)
-        mode = self.setting.episodes.mode
         return {"group_rm": [statistics.fmean(directive) for directive in scores],
-                "format": [statistics.fmean(policy_validity(draw[i], mode) for draw in played)
-                           for i in range(len(texts))],
+                "format": [sampled_validity(trajectory) for trajectory in played[0]],
                 "group_rm_rollouts": scores, "trajectories": played[0]}
 
 

@@ -4,7 +4,7 @@ Both policies sample `samples_per_prompt` directives for every held-out state wi
 request seeds. Every sample is read as written and scored by the Director's reward as during
 training (`mascot.stage2.director.TrajectoryRollouts`): the trajectory it opens, played to the
 episode's end, in `trajectory` mode with the same policy making every later directive; its
-validity (the share of the policy's directives that are valid); and the group reward model's
+validity (1 when the sampled directive itself is valid, the format reward); and the group reward model's
 score of the trajectory, the mean over `rollouts` rollouts, each with its own seed (training's
 reward has its own count). `compare_directors` averages the samples per state and gives the paired
 (trained - base) differences a bootstrap interval over states, and each policy's directive validity

@@ -185,4 +185,6 @@ def test_in_a_rollout_the_policy_makes_every_later_directive_and_the_reward_is_t
     policy_valid = [[not t.fallback for t in trajectories[i] if t.role == "companion"]
                     for trajectories in draws for i in range(3)]
     assert all(valid[1:] == [True] * directors_turns for valid in policy_valid)  # structured output: all valid
-    assert shares == pytest.approx([1.0, 1.0, directors_turns / (directors_turns + 1)])
+    # The format term is the sampled directive's own validity: the policy's valid later directives do not pay for
+    # the invalid third.
+    assert shares == [1.0, 1.0, 0.0]

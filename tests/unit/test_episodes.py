@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from test_cli import REPO
 
 from mascot.data.context import Context, Message
@@ -13,7 +12,7 @@ from mascot.dialogue.directives import FALLBACK_INSTRUCTION, read_reply
 from mascot.dialogue.episodes import alternating, companion_messages, describe_big_five, user_messages
 from mascot.dialogue.turns import Directive, Turn, opening_turns
 from mascot.roster import BigFive, load_roster, load_user_profiles
-from mascot.stage2.director import policy_validity
+from mascot.stage2.director import sampled_validity
 
 ROSTER = load_roster(REPO / "configs" / "rosters" / "emotional_support.yaml")
 PROFILES = load_user_profiles(REPO / "configs" / "users" / "big_five.yaml").profiles
@@ -70,9 +69,8 @@ def test_a_sampled_directive_is_read_as_written_and_an_invalid_one_is_the_flagge
         # The Beacon never spoke in the episode, so it is the least recent speaker.
         assert reply.fallback and reply.error and reply.directive.next_speaker == "beacon"
         assert reply.directive.instruction == FALLBACK_INSTRUCTION
-    # The format reward counts the policy's directives that are valid: every one in trajectory mode, the first
-    # in block mode (the base Director made the others).
-    first = Turn("beacon", "x", fallback=True)
-    trajectory = [first, Turn("anchor", "y"), Turn("user", "z", role="user"), Turn("catalyst", "w")]
-    assert policy_validity(trajectory, "trajectory") == pytest.approx(2 / 3)
-    assert policy_validity(trajectory, "block") == 0.0
+    # The format reward counts only the sampled directive, the trajectory's first: later valid ones do not pay
+    # for an invalid first, nor later invalid ones cost a valid first.
+    later = [Turn("anchor", "y"), Turn("user", "z", role="user"), Turn("catalyst", "w")]
+    assert sampled_validity([Turn("beacon", "x", fallback=True), *later]) == 0.0
+    assert sampled_validity([Turn("beacon", "x"), Turn("anchor", "y", fallback=True)]) == 1.0
