@@ -30,7 +30,7 @@ class EpisodeConfig(Section):
     branches: int = Field(default=4, ge=2, description="Trajectories sampled from each state (M), each opened by "
                           "its own directive.")
     max_directive_attempts: int = Field(default=3, ge=1, description="Director requests per turn before the "
-                                        "fallback (the least recent speaker) is used.")
+                                        "fallback (a seeded random persona) is used.")
     contexts_per_shard: int = Field(default=8, ge=1, description="Episodes per cached generation shard.")
 
     @model_validator(mode="after")

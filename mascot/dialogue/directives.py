@@ -3,13 +3,16 @@
 The Director is an LLM role. Its reply is asked for as structured output (a JSON schema whose
 `next_speaker` is an enum of the active roster) where the backend has it, and parsed and validated
 here whatever the backend claims. An invalid reply (malformed, or a speaker not in the roster) is
-retried with a repair turn. After `max_attempts` the fallback applies: the enabled persona that
-spoke least recently (one that never spoke first, in roster order), with a generic instruction.
+retried with a repair turn. After `max_attempts` the fallback applies: an enabled persona drawn at random,
+seeded by the request's seed and the conversation so far, with a generic instruction. It is neutral on
+purpose: a rule such as "the least recent speaker" always alternates, which a group judge may prefer to
+anything the Director writes, so the fallback would compete with the directives it stands in for.
 Every fallback is flagged on its result, so episodes count and report them; none is silent.
 """
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -73,10 +76,11 @@ def parse_directive(text: str, roster: Roster) -> Directive:
     return directive
 
 
-def least_recent_speaker(roster: Roster, turns: list[Turn]) -> str:
-    """The enabled persona that spoke least recently; those that never spoke come first, in roster order."""
-    last_spoke = {turn.speaker: index for index, turn in enumerate(turns)}
-    return min((persona.id for persona in active_personas(roster)), key=lambda pid: last_spoke.get(pid, -1))
+def fallback_speaker(roster: Roster, turns: list[Turn], seed: int | None) -> str:
+    """An enabled persona drawn at random, the same for the same roster, conversation and seed (a string seeds
+    `random.Random` through SHA-512, so the draw does not depend on the process)."""
+    key = "\x1f".join(["fallback", str(seed), *(f"{turn.speaker}\x1e{turn.text}" for turn in turns)])
+    return random.Random(key).choice([persona.id for persona in active_personas(roster)])
 
 
 async def direct(backend: LLMBackend, roster: Roster, turns: list[Turn], seed: int, *, max_attempts: int = 3,
@@ -102,8 +106,8 @@ async def direct(backend: LLMBackend, roster: Roster, turns: list[Turn], seed: i
 
 
 def fallback_reply(roster: Roster, turns: list[Turn], seed: int | None, attempts: int, error: str) -> DirectorReply:
-    """The documented fallback, flagged: the least recent speaker, with a generic instruction."""
-    directive = Directive(next_speaker=least_recent_speaker(roster, turns), instruction=FALLBACK_INSTRUCTION)
+    """The documented fallback, flagged: a seeded random persona, with a generic instruction."""
+    directive = Directive(next_speaker=fallback_speaker(roster, turns, seed), instruction=FALLBACK_INSTRUCTION)
     return DirectorReply(directive, seed, attempts=attempts, fallback=True, error=error)
 
 

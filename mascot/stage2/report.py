@@ -109,7 +109,7 @@ def stage2_markdown(summary: dict[str, Any]) -> str:
     lines += ["", "## Directives in the episodes", "",
               (f"Valid directives (no fallback): {clustered_interval(directives['valid'])}; valid at the first "
               f"attempt: {clustered_interval(directives['valid_first_attempt'])}. 95% bootstrap intervals over episodes."),
-              (f"Fallbacks (the least recent speaker, after every attempt failed): {directives['fallbacks']} of "
+              (f"Fallbacks (a seeded random persona, after every attempt failed): {directives['fallbacks']} of "
               f"{directives['turns']} companion turns."),
               "Attempts per turn: " + ", ".join(f"{k}: {v}" for k, v in directives["attempts"].items()) + ".",
               "Turns per speaker: " + ", ".join(f"{k}: {v}" for k, v in directives["speakers"].items()) + ".",

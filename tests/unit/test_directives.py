@@ -14,7 +14,7 @@ from test_cli import REPO
 from mascot.dialogue.directives import (
     direct,
     director_messages,
-    least_recent_speaker,
+    fallback_speaker,
     parse_directive,
 )
 from mascot.dialogue.turns import Turn
@@ -77,9 +77,18 @@ def test_the_prompt_shows_the_roster_and_who_spoke_when():
     assert "beacon" not in director_messages(without_beacon, TURNS)[0]["content"].lower(), "a disabled one is not offered"
 
 
-def test_the_least_recent_speaker_is_one_that_never_spoke_then_the_earliest():
-    assert least_recent_speaker(ROSTER, TURNS) == "beacon"
-    assert least_recent_speaker(ROSTER, [*TURNS, Turn("beacon", "You can grow from this.")]) == "anchor"
+def test_the_fallback_is_a_seeded_random_persona_neutral_between_them():
+    """The same conversation and seed give the same persona; over conversations each persona is drawn about as
+    often as the others, and the draw does not follow who spoke least recently (it would always be the Beacon)."""
+    assert fallback_speaker(ROSTER, TURNS, 3) == fallback_speaker(ROSTER, list(TURNS), 3)
+    drawn = [fallback_speaker(ROSTER, [*TURNS, Turn("user", f"And another thing, number {i}.")], seed)
+             for i in range(200) for seed in (None, 7)]
+    shares = {pid: drawn.count(pid) / len(drawn) for pid in ("anchor", "catalyst", "beacon")}
+    assert set(drawn) == set(shares) and all(0.25 < share < 0.42 for share in shares.values()), shares
+    assert len({fallback_speaker(ROSTER, TURNS, seed) for seed in range(20)}) == 3  # the seed changes the draw
+    without_beacon = ROSTER.model_copy(update={"personas": [p.model_copy(update={"enabled": p.id != "beacon"})
+                                                            for p in ROSTER.personas]})
+    assert {fallback_speaker(without_beacon, TURNS, seed) for seed in range(50)} == {"anchor", "catalyst"}
 
 
 def test_an_invalid_reply_is_retried_with_a_repair_turn():
@@ -101,6 +110,6 @@ def test_a_director_that_never_gives_a_valid_directive_falls_back_and_says_so():
         reply = asyncio.run(direct(backend, ROSTER, TURNS, seed=3, max_attempts=2))
         answered = httpx.get(f"{url}/stats").json()["answered"]
     assert reply.fallback and reply.attempts == 2 and "no JSON object" in reply.error
-    assert reply.directive.next_speaker == "beacon", "the least recent speaker"
+    assert reply.directive.next_speaker == fallback_speaker(ROSTER, TURNS, 3), "the seeded random persona"
     assert answered == 2
 

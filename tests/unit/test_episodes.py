@@ -8,7 +8,7 @@ import json
 from test_cli import REPO
 
 from mascot.data.context import Context, Message
-from mascot.dialogue.directives import FALLBACK_INSTRUCTION, read_reply
+from mascot.dialogue.directives import FALLBACK_INSTRUCTION, fallback_speaker, read_reply
 from mascot.dialogue.episodes import alternating, companion_messages, describe_big_five, user_messages
 from mascot.dialogue.turns import Directive, Turn, opening_turns
 from mascot.roster import BigFive, load_roster, load_user_profiles
@@ -66,8 +66,8 @@ def test_a_sampled_directive_is_read_as_written_and_an_invalid_one_is_the_flagge
     assert not reply.fallback and reply.directive.next_speaker == "beacon" and reply.attempts == 1
     for invalid in ("", '{"next_speaker": "anchor"', '{"next_speaker": "therapist", "instruction": "Help."}'):
         reply = read_reply(invalid, ROSTER, EPISODE, None)
-        # The Beacon never spoke in the episode, so it is the least recent speaker.
-        assert reply.fallback and reply.error and reply.directive.next_speaker == "beacon"
+        # The documented fallback: the seeded random persona for this conversation and seed.
+        assert reply.fallback and reply.error and reply.directive.next_speaker == fallback_speaker(ROSTER, EPISODE, None)
         assert reply.directive.instruction == FALLBACK_INSTRUCTION
     # The format reward counts only the sampled directive, the trajectory's first: later valid ones do not pay
     # for an invalid first, nor later invalid ones cost a valid first.

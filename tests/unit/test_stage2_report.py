@@ -46,7 +46,7 @@ def test_directive_validity_and_fallbacks_are_counted_with_intervals_and_no_pair
     summary["director_method"] = "grpo"
     text = stage2_markdown(summary)
     assert "Valid directives (no fallback): 91.7% [" in text and "(n=12 from 4 clusters)" in text
-    assert "Fallbacks (the least recent speaker, after every attempt failed): 1 of 12" in text
+    assert "Fallbacks (a seeded random persona, after every attempt failed): 1 of 12" in text
     assert "Trajectory pairs: 0 from 0 of 4 states" in text
 
 
