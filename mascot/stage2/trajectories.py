@@ -3,7 +3,9 @@
 The group reward model scores a trajectory after a state as a chat: the prompt is one user
 message with the roster, the meeting's query where the context has one, and the conversation up to
 the state (`trajectory_prompt`), and the reply
-is the whole trajectory, one labelled line per turn, the user's turns included (`trajectory_text`).
+is the trajectory up to the companions' last turn, one labelled line per turn, the user's turns between
+them included and a user's turn after them left out, since the model's score is read at the last token
+and the judge scores the companions' turns (`trajectory_text`).
 The pairs, the GRPO Director's reward and the comparison on held-out states all render
 trajectories with these two functions, so the model always reads the form it learned from.
 
@@ -50,7 +52,12 @@ def trajectory_prompt(roster: Roster, state: list[Turn]) -> list[dict[str, str]]
 
 
 def trajectory_text(roster: Roster, trajectory: list[Turn]) -> str:
-    return "\n".join(f"{_label(t, roster)}: {t.text}" for t in trajectory)
+    """One labelled line per turn, up to the companions' last turn. A reward model reads its score at the last
+    token, and the group judge scores the companions' turns, never the simulated user's reply after them: with
+    that reply last, the score would be read where the user spoke."""
+    companions = [index for index, turn in enumerate(trajectory) if turn.role == "companion"]
+    end = companions[-1] + 1 if companions else len(trajectory)
+    return "\n".join(f"{_label(t, roster)}: {t.text}" for t in trajectory[:end])
 
 
 def judge_trajectories(panel: PanelSpec, setting: Setting, episodes: Artifact, out: Path) -> Artifact:

@@ -74,3 +74,23 @@ def test_a_sampled_directive_is_read_as_written_and_an_invalid_one_is_the_flagge
     later = [Turn("anchor", "y"), Turn("user", "z", role="user"), Turn("catalyst", "w")]
     assert sampled_validity([Turn("beacon", "x", fallback=True), *later]) == 0.0
     assert sampled_validity([Turn("beacon", "x"), Turn("anchor", "y", fallback=True)]) == 1.0
+
+
+def test_the_group_reward_model_reads_the_trajectory_up_to_the_companions_last_turn(tiny_models):
+    """The score is read at the last token: the simulated user's reply after the companions' turns is not
+    part of what the group reward model scores, and a companion's turn is."""
+    from mascot.stage2.trajectories import trajectory_prompt, trajectory_text
+    from mascot.train.reward_model import RewardModelScorer
+
+    roster = ROSTER
+    state = [Turn("user", "I failed my exam and I feel stupid.", role="context")]
+    companions = [Turn("anchor", "That sounds really heavy."), Turn("user", "It is.", role="user"),
+                  Turn("catalyst", "What would help you feel ready next time?")]
+    replies = [[*companions, Turn("user", reply, role="user")] for reply in ("Thanks, that helps.", "Whatever.")]
+    texts = [trajectory_text(roster, trajectory) for trajectory in replies]
+    assert texts[0] == texts[1] and texts[0].endswith("The Catalyst: What would help you feel ready next time?")
+    assert "User: It is." in texts[0]  # a user's turn between companion turns stays
+    scorer = RewardModelScorer(tiny_models.rm, name="group_rm")
+    other = trajectory_text(roster, [*companions[:2], Turn("catalyst", "Let us plan one small step.")])
+    scores = scorer.score([trajectory_prompt(roster, state)] * 3, [*texts, other])
+    assert scores[0] == scores[1] and scores[2] != scores[0]
