@@ -7,10 +7,11 @@ end (`TrajectoryRollouts`). In `trajectory` mode the policy being trained makes 
 directive of that trajectory: it samples from the adapter as it stands at this optimisation step
 (`mascot.train.grpo.PolicySnapshots`), read as written too. In `block` mode the trajectory is one
 block and the base Director plays the rest of it. The reward is the group reward model's score of
-the whole trajectory (the mean over `rollouts` rollouts) plus a small format reward, 1 when the sampled
-directive itself is valid (`TrajectoryReward`): the later directives are not the completion's tokens. Rollouts are seeded by the
-state and the draw, not by the directive (common random numbers: the samples GRPO compares meet
-the same sampling noise), so the same directive under the same policy leads to the same
+the whole trajectory (the mean over `rollouts` rollouts), z-scored on the model's training pairs
+(`score_scale`: a raw logit's scale differs from one training run to the next), plus a small format
+reward, 1 when the sampled directive itself is valid (`TrajectoryReward`): the later directives are
+not the completion's tokens. Rollouts are seeded by the state and the draw, not by the directive
+(common random numbers: the samples GRPO compares meet the same sampling noise), so the same directive under the same policy leads to the same
 trajectories, and they go through the request cache.
 
 The gradient reaches the tokens of the sampled directive only, the first of its trajectory: the
@@ -43,7 +44,7 @@ from mascot.stage2.branching import Setting, StoredState, play_trajectory, read_
 from mascot.stage2.trajectories import directive_pairs, trajectory_prompt, trajectory_text
 from mascot.train.dpo import train_dpo_policy
 from mascot.train.grpo import PolicySnapshots, policy_backend, train_grpo_policy
-from mascot.train.reward_model import RewardModelScorer, preference_records
+from mascot.train.reward_model import RewardModelScorer, preference_records, score_scale
 from mascot.train.runtime import TrainingSetupError, checkpoint_dir, trainer_device
 
 Messages = list[dict[str, str]]
@@ -76,6 +77,8 @@ class TrajectoryRollouts:
         self.states = {state.id: state for state in states}
         self.cache = shared_cache(setting.requests)
         self.scorer = RewardModelScorer(group_rm, name="group_rm", device=device)
+        # z-scored on the model's training pairs, so that the format reward's weight means the same in every run.
+        self.mean, self.sd = score_scale(group_rm)
 
     def play(self, state_ids: list[str], texts: list[str], draws: int,
              policy: BackendConfig | None = None) -> list[list[list[Turn]]]:
@@ -100,10 +103,11 @@ class TrajectoryRollouts:
         return [played[draw * len(texts):(draw + 1) * len(texts)] for draw in range(draws)]
 
     def score(self, state_ids: list[str], draws: list[list[list[Turn]]]) -> list[list[float]]:
-        """The group reward model's score of every draw's trajectory, per directive."""
+        """The group reward model's score of every draw's trajectory, per directive, z-scored on its training pairs."""
         roster = self.setting.roster
         prompts = [trajectory_prompt(roster, self.states[s].state) for s in state_ids]
-        scores = [self.scorer.score(prompts, [trajectory_text(roster, t) for t in trajectories])
+        scores = [[(raw - self.mean) / self.sd
+                   for raw in self.scorer.score(prompts, [trajectory_text(roster, t) for t in trajectories])]
                   for trajectories in draws]
         return [list(directive) for directive in zip(*scores, strict=True)]
 

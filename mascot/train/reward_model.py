@@ -174,4 +174,25 @@ def pair_accuracy(model: RewardModelScorer, pairs: pl.DataFrame, group_by: str, 
     return {"accuracy": proportion(int((scored["margin"] > 0).sum()), scored.height, confidence),
             # Pairs of one context are not independent: this interval resamples contexts, not pairs.
             "accuracy_by_context": clustered_mean(correct, context_ids(pairs["query_id"]).to_list(), confidence),
-            f"by_{group_by}": by_group, "margin": describe(margins), "margin_histogram": histogram(margins)}
+            f"by_{group_by}": by_group, "margin": describe(margins), "margin_histogram": histogram(margins),
+            # Every reply's score: on the training pairs, the scale `score_scale` standardises by.
+            "scores": describe([*chosen, *rejected])}
+
+
+def score_scale(model: Path) -> tuple[float, float]:
+    """The mean and sd of a trained reward model's scores of its training pairs' replies (metrics.json's
+    `train.scores`). A raw score's scale is whatever one training run left it at, so a reward that weighs it
+    against another term standardises it by these first."""
+    import json
+
+    path = model / "metrics.json"
+    try:
+        scores = json.loads(path.read_text())["train"]["scores"]
+        mean, sd = float(scores["mean"]), float(scores["sd"])
+    except (OSError, KeyError, TypeError, ValueError) as exc:
+        raise TrainingSetupError(f"{path}: no 'train.scores' with a mean and an sd ({exc!r}); the reward model was "
+                                 "trained before its scores' scale was recorded: train it again") from None
+    if not sd > 0:
+        raise TrainingSetupError(f"{path}: 'train.scores.sd' is {sd}; a reward model that scores every training "
+                                 "reply alike gives no reward to standardise")
+    return mean, sd

@@ -10,6 +10,7 @@ receives none.
 from __future__ import annotations
 
 import json
+import shutil
 
 import polars as pl
 import pytest
@@ -24,6 +25,8 @@ from mascot.dialogue.episodes import directive_json
 from mascot.dialogue.turns import Directive, opening_turns
 from mascot.roster import load_roster, load_user_profiles
 from mascot.stage2.branching import CastSpec, Setting, generate_shard, read_states
+from mascot.stage2.trajectories import trajectory_prompt, trajectory_text
+from mascot.train.reward_model import RewardModelScorer
 
 ROSTER = load_roster(REPO / "configs" / "rosters" / "emotional_support.yaml")
 EPISODES = EpisodeConfig(block_turns=2, prefix_blocks=1, states=2, trajectory_blocks=2, branches=3,
@@ -147,7 +150,11 @@ def test_in_a_rollout_the_policy_makes_every_later_directive_and_the_reward_is_t
 
     shard = setting(chat, tmp_path)
     states = read_states(generate_shard(shard, ids(shard), tmp_path / "episodes.parquet"), shard.contexts)
-    rollouts = TrajectoryRollouts(shard, states, tiny_models.rm, "cpu")
+    # A group reward model whose training pairs' scores had mean 0.5 and sd 2 (metrics.json, as training writes it).
+    group_rm = tmp_path / "group_rm"
+    shutil.copytree(tiny_models.rm, group_rm)
+    (group_rm / "metrics.json").write_text(json.dumps({"train": {"scores": {"mean": 0.5, "sd": 2.0}}}))
+    rollouts = TrajectoryRollouts(shard, states, group_rm, "cpu")
     texts = [directive_json(Directive(next_speaker=speaker, instruction="Say what you notice."))
              for speaker in ("anchor", "catalyst")] + ["not a directive"]
     state_ids = [states[0].id] * 3
@@ -177,6 +184,11 @@ def test_in_a_rollout_the_policy_makes_every_later_directive_and_the_reward_is_t
     group, format_ = reward.functions
     completions = [[{"role": "assistant", "content": text}] for text in texts]
     scores = rollouts.score(state_ids, draws)
+    # The reward is the raw score z-scored on the model's training pairs, so the format term's weight means the same
+    # whatever scale a training run left the logits at.
+    raw = RewardModelScorer(group_rm, name="raw").score(
+        [trajectory_prompt(shard.roster, states[0].state)] * 3, [trajectory_text(shard.roster, t) for t in draws[1]])
+    assert [s[1] for s in scores] == pytest.approx([(r - 0.5) / 2.0 for r in raw])
     requests = policy_server.stats.requests
     assert group([], completions, state_id=state_ids) == pytest.approx([sum(s) / 3 for s in scores])
     # The format term reads the same rollouts: no request is made for it.

@@ -100,3 +100,30 @@ def test_vllm_generation_without_vllm_names_the_extra(tmp_path, tiny_config):
     config = tiny_config.train.speaker.model_copy(update={"use_vllm": True})
     with pytest.raises(ImportError, match=r"pip install 'mascot\[serve\]'.*use_vllm: false"):
         train_grpo_policy(config, [], [], [], tmp_path / "out", tmp_path / "checkpoints", name="speaker")
+
+
+def test_a_reward_models_scale_is_read_from_its_metrics_or_refused_with_the_file_named(tmp_path):
+    from mascot.train.reward_model import score_scale
+
+    (tmp_path / "metrics.json").write_text(json.dumps({"train": {"scores": {"mean": -1.5, "sd": 0.25, "n": 40}}}))
+    assert score_scale(tmp_path) == (-1.5, 0.25)
+    (tmp_path / "metrics.json").write_text(json.dumps({"train": {"accuracy": {}}}))
+    with pytest.raises(TrainingSetupError, match=r"metrics.json: no 'train.scores'.*train it again"):
+        score_scale(tmp_path)
+    (tmp_path / "metrics.json").write_text(json.dumps({"train": {"scores": {"mean": 1.0, "sd": 0.0}}}))
+    with pytest.raises(TrainingSetupError, match=r"'train.scores.sd' is 0.0"):
+        score_scale(tmp_path)
+
+
+def test_pair_accuracy_records_the_scale_of_every_replys_score(tiny_models):
+    from mascot.train.reward_model import RewardModelScorer, pair_accuracy
+
+    prompt = [{"role": "user", "content": "I failed my exam."}]
+    pairs = pl.DataFrame({"query_id": ["c1/anchor", "c2/anchor"], "persona": ["anchor", "anchor"],
+                          "prompt": [prompt, prompt], "chosen": ["That sounds heavy.", "You can retake it."],
+                          "rejected": ["Whatever.", "ok"]})
+    scorer = RewardModelScorer(tiny_models.rm, name="rm")
+    scores = scorer.score([prompt] * 4, ["That sounds heavy.", "You can retake it.", "Whatever.", "ok"])
+    recorded = pair_accuracy(scorer, pairs, "persona")["scores"]
+    assert recorded["n"] == 4 and recorded["mean"] == pytest.approx(sum(scores) / 4)
+    assert recorded["sd"] == pytest.approx(float(pl.Series(scores).std()))
