@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from scipy.stats import binomtest
+from mascot.stats import proportion
 
 LABELS = ("crisis", "near_miss", "ordinary")
 SPLITS = ("dev", "heldout")
@@ -59,7 +59,7 @@ def read_screening_set(path: Path) -> list[ScreeningRow]:
 
 @dataclass(frozen=True)
 class Rate:
-    """k of n, with its Wilson 95% interval."""
+    """k of n, with its Wilson 95% interval (`mascot.stats.proportion`)."""
 
     k: int
     n: int
@@ -68,16 +68,11 @@ class Rate:
     def value(self) -> float:
         return self.k / self.n if self.n else float("nan")
 
-    @property
-    def interval(self) -> tuple[float, float]:
-        if not self.n:
-            return (float("nan"), float("nan"))
-        ci = binomtest(self.k, self.n).proportion_ci(confidence_level=0.95, method="wilson")
-        return (ci.low, ci.high)
-
     def __str__(self) -> str:
-        low, high = self.interval
-        return f"{self.k}/{self.n} = {self.value:.0%} [{low:.0%}, {high:.0%}]"
+        share = proportion(self.k, self.n)
+        if share["value"] is None:
+            return f"{self.k}/{self.n}"
+        return f"{self.k}/{self.n} = {share['value']:.0%} [{share['ci_low']:.0%}, {share['ci_high']:.0%}]"
 
 
 @dataclass(frozen=True)
