@@ -123,39 +123,57 @@ def director_metrics(samples: pl.DataFrame, compare: BeforeAfterConfig, seed: in
                                                      context_ids(rows["state_id"]).to_list(), compare.confidence,
                                                      compare.bootstrap_resamples, seed)
         metrics["fallbacks"][policy] = int((~rows["valid"]).sum())
-    metrics["signal"] = reward_signal(samples)
+    metrics["signal"] = reward_signal(samples, compare.confidence, compare.bootstrap_resamples, seed)
     return metrics
 
 
-def reward_signal(samples: pl.DataFrame) -> dict:
+def reward_signal(samples: pl.DataFrame, confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> dict:
     """How much of the group reward model's score a Director can change, from a directive × draw layout.
 
-    Rollouts are seeded by state and draw, so the directives of one state share each draw's random
-    numbers: part of the noise is common to them and cancels between them. `rollout_sd`: the spread
-    of one directive's rollouts (the sampling of the rest of the trajectory), pooled over directives.
+    Only distinct valid directives count: an invalid one is the fallback's, not the Director's, and two
+    samples of the same directive meet the same rollouts (seeded by state and draw), so repeating one
+    would shrink the spread between directives. Rollouts share seeds within a state, so part of their
+    noise is common to its directives and cancels between them. `rollout_sd`: the spread of one
+    directive's rollouts (the sampling of the rest of the trajectory), pooled over directives.
     `unshared_sd`: the part of that noise that does not cancel between directives (the directive ×
-    draw interaction). `directive_sd`: the spread between the directives of one state (both policies'
-    samples) beyond what the unshared noise adds to a mean of `rollouts` rollouts, pooled over
-    states; it is the part a directive decides. Null with fewer than 2 rollouts.
+    draw interaction). `directive_sd`: the spread between the directives of one state beyond what the
+    unshared noise adds to a mean of `rollouts` rollouts, pooled over states; it is the part a directive
+    decides, with a percentile bootstrap interval that resamples contexts (`directive_sd_ci`; a context's
+    states share its conversation), whose upper end bounds it where the estimate is 0. Null with fewer than
+    2 rollouts.
     """
+    samples = samples.filter(pl.col("valid")).unique(["state_id", "text"], keep="first", maintain_order=True)
     rollouts = samples["group_rm_rollouts"].list.len().min() or 0
     signal = {"rollouts": rollouts, "directives": samples.height, "states": samples["state_id"].n_unique(),
-              "rollout_sd": None, "unshared_sd": None, "directive_sd": None}
+              "rollout_sd": None, "unshared_sd": None, "directive_sd": None, "directive_sd_ci": None}
     if rollouts < 2:
         return signal
     signal["rollout_sd"] = samples["group_rm_rollouts"].list.head(rollouts).list.var().mean() ** 0.5
-    spreads, residual, df = [], 0.0, 0
-    for (_,), state in samples.group_by("state_id"):
+    # Per state with 2 or more directives: the variance of its directives' means, and the interaction's sum of
+    # squares with its degrees of freedom.
+    terms, contexts = [], []
+    for (state_id,), state in samples.group_by("state_id", maintain_order=True):
         scores = np.array(state["group_rm_rollouts"].list.head(rollouts).to_list())  # directives × draws
         if len(scores) < 2:
             continue
         means = scores.mean(axis=1)
-        spreads.append(means.var(ddof=1))
         interaction = scores - means[:, None] - scores.mean(axis=0)[None, :] + scores.mean()
-        residual += float((interaction ** 2).sum())
-        df += (len(scores) - 1) * (rollouts - 1)
-    if spreads:
-        noise = residual / df
-        signal["unshared_sd"] = noise ** 0.5
-        signal["directive_sd"] = max(float(np.mean(spreads)) - noise / rollouts, 0.0) ** 0.5
+        terms.append((means.var(ddof=1), float((interaction ** 2).sum()), (len(scores) - 1) * (rollouts - 1)))
+        contexts.append(state_id.rsplit("|", 1)[0])
+    if not terms:
+        return signal
+    table = np.array(terms)
+    clusters = [np.flatnonzero(np.array(contexts) == c) for c in dict.fromkeys(contexts)]
+
+    def directive_sd(rows: np.ndarray) -> float:
+        noise = rows[:, 1].sum() / rows[:, 2].sum()
+        return max(float(rows[:, 0].mean()) - noise / rollouts, 0.0) ** 0.5
+
+    signal["unshared_sd"] = float(table[:, 1].sum() / table[:, 2].sum()) ** 0.5
+    signal["directive_sd"] = directive_sd(table)
+    rng = np.random.default_rng(seed)
+    draws = [directive_sd(table[np.concatenate([clusters[i] for i in rng.integers(0, len(clusters), len(clusters))])])
+             for _ in range(resamples)]
+    tail = (1 - confidence) / 2
+    signal["directive_sd_ci"] = [float(np.quantile(draws, tail)), float(np.quantile(draws, 1 - tail))]
     return signal

@@ -177,11 +177,14 @@ def director_eval_markdown(metrics: dict[str, Any]) -> list[str]:
               f"{fallbacks['base']}, trained {fallbacks['director']}.")]
     signal = metrics["signal"]
     if signal["rollout_sd"] is not None and signal["directive_sd"] is not None:
+        low, high = signal["directive_sd_ci"]
         lines += ["", (f"Reward signal: the group reward model's score of one directive's rollouts varies by sd "
                        f"{signal['rollout_sd']:.3f} (the sampling of the rest of the trajectory), of which sd "
                        f"{signal['unshared_sd']:.3f} does not cancel between the directives of a state (their rollouts "
-                       f"share seeds); the directives of one state differ by sd {signal['directive_sd']:.3f} beyond "
-                       f"that noise, which is what a Director can change ({signal['directives']} directives of "
-                       f"{signal['states']} states, {signal['rollouts']} rollouts each).")]
+                       f"share seeds); the distinct valid directives of one state differ by sd "
+                       f"{signal['directive_sd']:.3f} [{low:.3f}, {high:.3f}] beyond that noise (bootstrap over "
+                       f"contexts; the upper end bounds it), which is what a Director can change "
+                       f"({signal['directives']} directives of {signal['states']} states, {signal['rollouts']} "
+                       f"rollouts each).")]
     return lines
 

@@ -57,7 +57,7 @@ def test_the_director_before_after_gives_each_score_and_validity_its_n_and_an_in
         "policy": ["base"] * 12 + ["director"] * 12, "sample_idx": [0, 1] * 12,
         "reward": [0.1] * 12 + [0.3, 0.5] * 6, "group_rm": [0.1] * 12 + [0.2] * 12,
         "format": [0.0, 1.0] * 6 + [1.0] * 12, "valid": [False, True] * 6 + [True] * 12,
-        "group_rm_rollouts": [[0.1]] * 12 + [[0.2]] * 12})
+        "text": [f"directive {i}" for i in range(24)], "group_rm_rollouts": [[0.1]] * 12 + [[0.2]] * 12})
     metrics = director_metrics(samples, BeforeAfterConfig(bootstrap_resamples=200), seed=0)
     assert metrics["states"] == 6 and metrics["fallbacks"] == {"base": 6, "director": 0}
     assert metrics["validity"]["base"]["value"] == 0.5 and metrics["validity"]["director"]["value"] == 1.0
@@ -77,6 +77,7 @@ def test_the_reward_signal_separates_the_rollouts_noise_from_the_spread_between_
     rollouts = [[m - 0.1 + (0.05 if i == 0 else -0.05), m + 0.1 - (0.05 if i == 0 else -0.05)]
                 for (_, i), m in effects.items()]
     samples = pl.DataFrame({"state_id": [s for s, _ in effects], "sample_idx": [i for _, i in effects],
+                            "text": [f"directive {i}" for _, i in effects], "valid": True,
                             "group_rm": [sum(r) / 2 for r in rollouts], "group_rm_rollouts": rollouts})
     signal = reward_signal(samples)
     assert signal["rollouts"] == 2 and signal["directives"] == 4 and signal["states"] == 2
@@ -90,3 +91,27 @@ def test_the_reward_signal_separates_the_rollouts_noise_from_the_spread_between_
     assert reward_signal(shared)["directive_sd"] == pytest.approx(0.5 ** 0.5)
     same = samples.with_columns(group_rm=pl.lit(0.5), group_rm_rollouts=pl.lit([0.4, 0.6]))
     assert reward_signal(same)["directive_sd"] == 0.0  # no spread between directives: nothing to learn
+
+
+def test_the_reward_signals_spread_counts_distinct_valid_directives_and_has_an_interval_over_contexts():
+    # Per state: directives 0 and 1 differ by 1.0; directive 2 repeats directive 1's text, and 3 is invalid with a
+    # wild score. Counted, the repeat would shrink the spread and the invalid one inflate it.
+    rows = []
+    for context in range(6):
+        state = f"c{context}|t2"
+        for index, (text, valid, mean) in enumerate([("a", True, 0.0), ("b", True, 1.0), ("b", True, 1.0),
+                                                      ("x", False, 9.0)]):
+            rows.append({"state_id": state, "sample_idx": index, "text": text, "valid": valid,
+                         "group_rm": mean, "group_rm_rollouts": [mean - 0.1, mean + 0.1]})
+    samples = pl.DataFrame(rows)
+    signal = reward_signal(samples, resamples=200)
+    assert signal["directives"] == 12  # 2 distinct valid directives of 6 states
+    assert signal["directive_sd"] == pytest.approx(0.5 ** 0.5)  # the variance of (0, 1)
+    low, high = signal["directive_sd_ci"]
+    assert low == pytest.approx(0.5 ** 0.5) and high == pytest.approx(0.5 ** 0.5)  # every context alike
+    # Contexts that disagree give an interval around the estimate, its upper end a bound where the estimate is 0.
+    flat = samples.with_columns(group_rm_rollouts=pl.when(pl.col("state_id").str.starts_with("c0"))
+                                .then(pl.col("group_rm_rollouts")).otherwise(pl.lit([0.4, 0.6])))
+    signal = reward_signal(flat, resamples=200)
+    low, high = signal["directive_sd_ci"]
+    assert low == 0.0 < signal["directive_sd"] <= high
