@@ -9,6 +9,7 @@ the held-out measure before and after training, the paired difference with its 9
 over held-out prompts, what the arm must show, and whether it did. It exits 1 if an arm fails.
 
 Check 1 (`director`): the Director's GRPO alone against a planted reward (`mascot.known_optima.director_grpo`).
+Check 2 (`chain`): the whole Stage 2 chain against a planted group judge (`mascot.known_optima.stage2_chain`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-CHECKS = ("director",)
+CHECKS = ("director", "chain")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -37,21 +38,28 @@ def main() -> None:
 
     from mascot.config import load_config
     from mascot.known_optima.director_grpo import check_policy, run_director_check
+    from mascot.known_optima.stage2_chain import check_director, run_chain_check
     from mascot.roster import load_roster
-    from mascot.train.tiny import build_tiny_models
+    from mascot.train.tiny import resolve_tiny_models
 
     profile = load_config(REPO / "configs" / "tiny.yaml")
-    models = build_tiny_models(profile.tiny, args.cache or profile.cache.root)
+    if args.cache:
+        profile = profile.model_copy(update={"cache": profile.cache.model_copy(update={"dir": args.cache})})
+    profile = resolve_tiny_models(profile)
+    overrides = {key: value for key, value in {"learning_rate": args.learning_rate, "beta": args.beta,
+                                               "batch_size": args.batch_size}.items() if value is not None}
     failed = False
     for check in args.check or CHECKS:
         started = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="mascot-learning-") as scratch:
-            overrides = {"learning_rate": args.learning_rate, "beta": args.beta, "batch_size": args.batch_size}
-            policy = check_policy(profile.train.director, models.lm, args.steps, args.seed).model_copy(
-                update={key: value for key, value in overrides.items() if value is not None})
-            result = run_director_check(policy,
-                                        load_roster(profile.data.roster), Path(scratch),
-                                        samples_per_prompt=args.samples, seed=args.seed)
+            if check == "director":
+                policy = check_policy(profile.train.director, profile.train.director.model, args.steps, args.seed)
+                result = run_director_check(policy.model_copy(update=overrides), load_roster(profile.data.roster),
+                                            Path(scratch), samples_per_prompt=args.samples, seed=args.seed)
+            else:
+                director = check_director(profile, args.steps, args.seed).model_copy(update=overrides)
+                result = run_chain_check(profile, director, Path(scratch), samples_per_prompt=args.samples,
+                                         seed=args.seed)
         print("\n".join(result.lines()))
         print(f"  {check}: {'pass' if result.passed else 'FAIL'} in {time.perf_counter() - started:.0f} s; "
               f"settings {result.settings}")

@@ -60,17 +60,30 @@ class BackendConfig(Section):
 
 
 class JudgeConfig(Section):
-    kind: Literal["heuristic", "llm"] = Field(description="The offline heuristic judge, or an LLM judge.")
-    name: str | None = Field(default=None, description="Label in artifacts (default: the backend model or 'heuristic').")
+    kind: Literal["heuristic", "llm", "planted"] = Field(
+        description="The offline heuristic judge, an LLM judge, or a planted group judge whose best policy is known "
+                    "by construction (for known-optimum checks, stage2.judges only; see docs/stage2.md).")
+    name: str | None = Field(default=None, description="Label in artifacts (default: the backend model or the kind).")
     backend: BackendConfig | None = Field(default=None, description="LLM judges: the model that judges.")
     max_attempts: int = Field(default=3, ge=1, description="LLM judges: tries per candidate before recording a failure.")
+    prefer: dict[str, str] | None = Field(
+        default=None, description="Planted judges: for each value of a context's `cue` metadata, the persona id that "
+                                  "should speak first after the user's message.")
+    control: Literal["flipped", "shuffled"] | None = Field(
+        default=None, description="Planted judges: score the opposite (`flipped`), or by a seeded coin with the same "
+                                  "base rate, whatever the trajectory (`shuffled`).")
 
     @model_validator(mode="after")
     def _backend_for_llm_judges(self) -> JudgeConfig:
         if self.kind == "llm" and self.backend is None:
             raise FieldError("backend", "an 'llm' judge needs 'backend' (kind, model and, for servers, base_url)")
-        if self.kind == "heuristic" and self.backend is not None:
-            raise FieldError("backend", "the heuristic judge takes no 'backend'")
+        if self.kind != "llm" and self.backend is not None:
+            raise FieldError("backend", f"the {self.kind} judge takes no 'backend'")
+        if self.kind == "planted" and not self.prefer:
+            raise FieldError("prefer", "a 'planted' judge needs 'prefer': the persona id to speak first, per cue")
+        for field in ("prefer", "control"):
+            if self.kind != "planted" and getattr(self, field) is not None:
+                raise FieldError(field, f"'{field}' is only used with kind: planted")
         return self
 
     @property

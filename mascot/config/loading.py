@@ -201,6 +201,9 @@ def _pairwise_problems(document: YamlDocument, config: RunConfig, rubric_problem
                        ) -> list[Problem]:
     """The pairwise judge weighs two conversations by the collective rubric (eval.group_rubric, else stage2.rubric),
     a block's criteria; a rubric that is missing or broken is reported where it is named, so it is not again here."""
+    if config.eval.pairwise.kind == "planted":
+        return [document.problem(("eval", "pairwise"), "a planted judge scores Stage 2's blocks only; it cannot compare "
+                                                       "two systems' conversations: use a heuristic or llm judge")]
     path = config.eval.group_rubric or config.stage2.rubric
     if rubric_problem is None or not path.is_file():
         return []

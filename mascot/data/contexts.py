@@ -43,7 +43,11 @@ def held_out_contexts(context_ids: Iterable[str], fraction: float, seed: int) ->
 def write_contexts(data: DataConfig, seed: int, out: Path) -> Artifact:
     """Load the training corpus (a seeded subsample) into contexts.parquet, with its held-out split."""
     contexts = load_corpus(data.corpus, seed=seed)
-    held_out = held_out_contexts((c.id for c in contexts), data.held_out_fraction, seed)
+    return write_context_table(contexts, held_out_contexts((c.id for c in contexts), data.held_out_fraction, seed), out)
+
+
+def write_context_table(contexts: list[Context], held_out: set[str], out: Path) -> Artifact:
+    """contexts.parquet for these contexts, `held_out` marking the ones kept out of all training."""
     frame = pl.DataFrame(
         {
             "context_id": [c.id for c in contexts],

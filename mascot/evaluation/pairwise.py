@@ -121,6 +121,8 @@ class HeuristicPairwiseJudge:
 def make_pairwise_judge(config: JudgeConfig, rubric: Rubric, cache=None):
     if config.kind == "heuristic":
         return HeuristicPairwiseJudge(rubric, config.label)
+    if config.kind == "planted":
+        raise ValueError("a planted judge scores Stage 2's blocks only; it cannot compare two systems (eval.pairwise)")
     return LLMPairwiseJudge(make_backend(config.backend, cache=cache), rubric, config.label, config.max_attempts,
                             config.backend.params)
 

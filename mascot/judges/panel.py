@@ -23,6 +23,7 @@ from mascot.judges.base import Judge, JudgeItem, Judgment
 from mascot.judges.group import GroupHeuristicJudge, group_judge_messages
 from mascot.judges.heuristic import HeuristicJudge
 from mascot.judges.llm_judge import LLMJudge, judge_messages
+from mascot.judges.planted import PlantedGroupJudge
 from mascot.llm import RequestCache, make_backend
 from mascot.queries import request_seed
 from mascot.rubrics import Rubric, load_rubric
@@ -30,6 +31,7 @@ from mascot.rubrics import Rubric, load_rubric
 Aggregation = Literal["mean", "zscore"]
 Level = Literal["reply", "block"]  # what a panel judges: one persona's reply, or a block of the group's turns
 KEY = ["query_id", "candidate_idx"]
+PLANTED_BLOCKS_ONLY = "a planted judge scores the group's blocks (stage2.judges), not one persona's reply"
 
 
 class JudgeFailureRateExceeded(RuntimeError):
@@ -109,6 +111,10 @@ def make_judge(config: JudgeConfig, rubric: Rubric, *, cache: RequestCache | Non
     if config.kind == "heuristic":
         return HeuristicJudge(rubric, name=config.label) if level == "reply" else \
             GroupHeuristicJudge(rubric, name=config.label)
+    if config.kind == "planted":
+        if level != "block":
+            raise ValueError(PLANTED_BLOCKS_ONLY)
+        return PlantedGroupJudge(rubric, config.prefer or {}, name=config.label, control=config.control)
     backend = make_backend(config.backend, cache=cache)
     return LLMJudge(backend, rubric, name=config.label, max_attempts=config.max_attempts,
                     params=config.backend.params, messages=judge_messages if level == "reply" else group_judge_messages)
@@ -120,6 +126,8 @@ def judge_rubric_problem(config: JudgeConfig, rubric: Rubric, level: Level) -> s
     at the config line that names the rubric, before anything runs."""
     if config.kind == "llm":
         return LLMJudge.rubric_problem(rubric)
+    if config.kind == "planted":
+        return None if level == "block" else PLANTED_BLOCKS_ONLY
     return (HeuristicJudge if level == "reply" else GroupHeuristicJudge).rubric_problem(rubric)
 
 

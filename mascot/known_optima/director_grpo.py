@@ -66,10 +66,11 @@ class DirectorWorld:
     held_out: list[Prompt]
 
 
-def director_world(roster: Roster, samples: Path = SAMPLES_DIR / SOURCE) -> DirectorWorld:
+def director_world(roster: Roster, source: str = SOURCE) -> DirectorWorld:
+    """The world of a roster's domain: `source`'s sample contexts (empathetic_dialogues, or qmsum for meetings)."""
     def prompts(split: str) -> list[Prompt]:
         return [Prompt(f"{split}/{context.id}", director_messages(roster, opening_turns(context)))
-                for context in load_contexts(SOURCE, samples, split=split)]
+                for context in load_contexts(source, SAMPLES_DIR / source, split=split)]
 
     return DirectorWorld(roster, prompts("train"), [p for split in HELD_OUT_SPLITS for p in prompts(split)])
 
