@@ -33,6 +33,9 @@ def export_human(
     baselines: Annotated[str | None, typer.Option(
         help="Comma-separated baselines to compare MASCOT with (default: every one the evaluation ran).")] = None,
     force: Annotated[bool, typer.Option(help="Replace a key that another export wrote.")] = False,
+    raters: Annotated[str | None, typer.Option(
+        help="Comma-separated rater ids: one sheet per rater (OUT/<rater>/), with the same comparisons in that "
+             "rater's own sides and order (default: one sheet shared by every rater).")] = None,
 ):
     """Write blind pairwise sheets (sheet.csv, sheet.html) of MASCOT against each baseline, and the key apart.
 
@@ -44,20 +47,33 @@ def export_human(
     from mascot.yamlio import ConfigError
 
     names = [name.strip() for name in baselines.split(",") if name.strip()] if baselines else None
+    rater_ids = [name.strip() for name in raters.split(",")] if raters is not None else None
     key = key or default_key(run_dir)
     try:
         export = export_sheets(run_dir, out or run_dir / "eval" / "human", key, seed=seed,
-                               per_baseline=per_baseline, baselines=names, force=force)
+                               per_baseline=per_baseline, baselines=names, force=force, raters=rater_ids)
     except (HumanRatingsError, FileNotFoundError, ArtifactChanged, ConfigError) as exc:
         fail(exc)
     counts = ", ".join(f"{baseline} {n}" for baseline, n in export.per_baseline.items())
     console.print(f"[green]{export.items} blind comparisons[/green] ({counts})", highlight=False)
-    console.print(f"send to raters: {export.sheet_html} (one page, works offline) or {export.sheet_csv}",
-                  highlight=False, soft_wrap=True)
+    if export.rater_sheets:
+        for rater, folder in export.rater_sheets.items():
+            console.print(f"send to {rater}: {folder / 'sheet.html'} (their own sides and order) or "
+                          f"{folder / 'sheet.csv'}", highlight=False, soft_wrap=True)
+    else:
+        console.print(f"send to raters: {export.sheet_html} (one page, works offline) or {export.sheet_csv}",
+                      highlight=False, soft_wrap=True)
     console.print(f"keep back:      {export.key} (says which side is MASCOT; import-human reads it)",
                   highlight=False, soft_wrap=True)
     console.print(f"then:           mascot eval import-human {run_dir} RATINGS.csv..."
                   + (f" --key {export.key}" if key != default_key(run_dir) else ""), highlight=False, soft_wrap=True)
+
+
+def share_cell(share: dict | None) -> str:
+    """A share with its interval and n, or a dash where nothing counts (no decisive choice; no pairwise judge)."""
+    if share is None:
+        return "–"
+    return f"{share['share']:.0%} [{share['ci_low']:.0%}, {share['ci_high']:.0%}] n={share['n']}"
 
 
 @eval_app.command("import-human")
@@ -79,11 +95,13 @@ def import_human(
         fail(exc)
     table = Table(title=f"Human preference, {len(summary['raters'])} rater(s): MASCOT against each baseline",
                   caption=f"n: ratings; W/T/L: MASCOT's wins, ties and losses; win rate: ties count half, "
-                          f"[{summary['confidence']:.0%} interval over contexts]; alpha: Krippendorff's, ordinal, "
-                          "on the items two or more raters rated")
+                          f"[{summary['confidence']:.0%} interval over contexts and raters, crossed]; alpha: "
+                          "Krippendorff's, ordinal, on the comparisons two or more raters rated; side A: the share "
+                          "of decisive choices that picked A (0.5 without position bias); with judge: the share of "
+                          "ratings that agree with the pairwise judge")
     table.add_column("baseline", no_wrap=True)
-    for column in ("raters", "n", "contexts", "W/T/L", "win rate", "alpha (items)"):
-        table.add_column(column, justify="right", no_wrap=column == "win rate")
+    for column in ("raters", "n", "contexts", "W/T/L", "win rate", "alpha (items)", "side A", "with judge"):
+        table.add_column(column, justify="right", no_wrap=column in {"win rate", "side A", "with judge"})
     missing_alpha = []
     for entry in summary["results"]:
         agreement, label = entry["agreement"], SYSTEMS[entry["baseline"]].label if entry["baseline"] in SYSTEMS \
@@ -93,7 +111,8 @@ def import_human(
         table.add_row(label, str(entry["raters"]), str(entry["ratings"]), str(entry["contexts"]),
                       f"{entry['wins']}/{entry['ties']}/{entry['losses']}",
                       f"{entry['win_rate']:.0%} [{entry['ci_low']:.0%}, {entry['ci_high']:.0%}]",
-                      "–" if agreement["alpha"] is None else f"{agreement['alpha']:.2f} ({agreement['items']})")
+                      "–" if agreement["alpha"] is None else f"{agreement['alpha']:.2f} ({agreement['items']})",
+                      share_cell(entry["side_a_share"]), share_cell(entry["judge_agreement"]))
     console.print(table)
     for line in missing_alpha:
         console.print(line, highlight=False, soft_wrap=True)
@@ -112,6 +131,8 @@ def rate(
     key: KeyOption = None,
     out: Annotated[Path | None, typer.Option(help="Folder of the raters' files, ratings-<rater>.csv (default: "
                                                   "RUN/eval/human_ratings).")] = None,
+    rater: Annotated[str | None, typer.Option(help="The rater whose own sheet to serve, where export-human made one "
+                                                   "per rater (--raters).")] = None,
     host: HostOption = "127.0.0.1",
     port: PortOption = 8766,
     allow_remote: AllowRemoteOption = False,
@@ -134,9 +155,9 @@ def rate(
     check_host(host, allow_remote)
     key = key or default_key(run_dir)
     try:
-        items = sheet_items(run_dir, key)
+        items = sheet_items(run_dir, key, rater)
         app = rating_app(items, read_key(key), out or run_dir / "eval" / "human_ratings",
-                         served_names(host, allow_host or ()))
+                         served_names(host, allow_host or ()), sheet_rater=rater)
     except (HumanRatingsError, FileNotFoundError, ArtifactChanged) as exc:
         fail(exc)
     serve(app, host, port, f"{len(items)} blind comparisons of {run_dir}")

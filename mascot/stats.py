@@ -85,3 +85,39 @@ def clustered_mean(values: Sequence[float], clusters: Sequence[str], confidence:
     tail = (1 - confidence) / 2
     result["ci_low"], result["ci_high"] = (float(q) for q in np.quantile(means, [tail, 1 - tail]))
     return result
+
+
+def crossed_clustered_mean(values: Sequence[float], rows: Sequence[str], columns: Sequence[str],
+                           confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> dict:
+    """A mean with a percentile bootstrap interval that resamples two crossed sources of variance at once.
+
+    Human ratings vary with the item (the context) and with the rater, and neither is nested in the other:
+    every rater rates many contexts and every context is rated by several raters. Resampling only the
+    contexts treats the raters as fixed, and the interval says nothing about other raters. Each resample
+    draws the row clusters and the column clusters independently, with replacement, and weighs an item by
+    how often its row was drawn times how often its column was (the pigeonhole bootstrap of Owen 2007).
+    A resample that keeps no item (possible when the design is sparse) is skipped and counted.
+    """
+    array = np.asarray(values, dtype=float)
+    result = {"value": None, "n": int(array.size), "rows": 0, "columns": 0, "ci_low": None, "ci_high": None,
+              "confidence": confidence, "empty_resamples": 0,
+              "method": "percentile bootstrap over two crossed clusterings (rows x columns)"}
+    if array.size == 0:
+        return result
+    if not len(rows) == len(columns) == array.size:
+        raise ValueError(f"{array.size} values but {len(rows)} row and {len(columns)} column labels")
+    row_labels, row_index = np.unique(np.asarray(rows, dtype=str), return_inverse=True)
+    column_labels, column_index = np.unique(np.asarray(columns, dtype=str), return_inverse=True)
+    result |= {"value": float(array.mean()), "rows": int(row_labels.size), "columns": int(column_labels.size)}
+    rng = np.random.default_rng(seed)
+    row_draws = rng.multinomial(row_labels.size, np.full(row_labels.size, 1 / row_labels.size), size=resamples)
+    column_draws = rng.multinomial(column_labels.size, np.full(column_labels.size, 1 / column_labels.size),
+                                   size=resamples)
+    weights = row_draws[:, row_index] * column_draws[:, column_index]
+    totals = weights.sum(axis=1)
+    kept = totals > 0
+    means = (weights[kept] @ array) / totals[kept]
+    result["empty_resamples"] = int((~kept).sum())
+    tail = (1 - confidence) / 2
+    result["ci_low"], result["ci_high"] = (float(q) for q in np.quantile(means, [tail, 1 - tail]))
+    return result

@@ -40,9 +40,11 @@ class RatingBody(BaseModel):
     comment: str = Field(default="", max_length=2000)
 
 
-def rating_app(items: list[SheetItem], key: HumanKey, out: Path, names=LOOPBACK_NAMES) -> FastAPI:
+def rating_app(items: list[SheetItem], key: HumanKey, out: Path, names=LOOPBACK_NAMES,
+               sheet_rater: str | None = None) -> FastAPI:
     """The rating page for `items` (in the sheets' order), answering to the Host `names`; ratings go to
-    `out`/ratings-<rater>.csv. Only the page itself can record a rating (`cli.web.guard`)."""
+    `out`/ratings-<rater>.csv. Only the page itself can record a rating (`cli.web.guard`). Given `sheet_rater`,
+    the items are that rater's own sheet, and a rating by anyone else is refused."""
     app = FastAPI(title="mascot eval rate", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(LocalPageGuard, names=names)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
@@ -52,6 +54,8 @@ def rating_app(items: list[SheetItem], key: HumanKey, out: Path, names=LOOPBACK_
     def rater_file(rater: str) -> Path:
         if (why := rater_problem(rater)) is not None:
             raise HTTPException(422, f"rater id {why}")
+        if sheet_rater is not None and rater != sheet_rater:
+            raise HTTPException(422, f"these items are rater {sheet_rater!r}'s own sheet, not {rater!r}'s")
         return out / f"ratings-{rater}.csv"
 
     def saved(rater: str) -> dict[str, tuple[str, str]]:
@@ -70,7 +74,7 @@ def rating_app(items: list[SheetItem], key: HumanKey, out: Path, names=LOOPBACK_
 
     @app.get("/api/items")
     async def listed() -> dict:
-        return {"items": [asdict(item) for item in items], "choices": list(CHOICES)}
+        return {"items": [asdict(item) for item in items], "choices": list(CHOICES), "rater": sheet_rater}
 
     @app.get("/api/ratings/{rater}")
     async def ratings(rater: str) -> dict:

@@ -3,18 +3,24 @@
 A comparison is the automatic pairwise judge's (`mascot.evaluation.pairwise`): MASCOT's conversation
 and a baseline's, on the same context and evaluation seed. `export_sheets` samples up to N of them
 per baseline, shuffles their order, and puts MASCOT on side A in half of each baseline's items and
-on side B in the other half (which half, by seed), so a rater who prefers a position cannot favour a
-system. The sheets (`sheet.csv`, `sheet.html`) name no system; the key that says which side is which
-is written apart from them, outside the folder that goes to raters.
+on side B in the other half, so a rater who prefers a position cannot favour a system. Given the
+raters' ids, each rater gets a sheet of their own with the same comparisons, their own sides and their
+own order (seeded by the export seed and the rater), so one rater's taste for a position or fatigue
+late in a sheet does not fall on the same items for everyone. The sheets (`sheet.csv`, `sheet.html`)
+name no system; the key that says which side is which is written apart from them, outside the folder
+that goes to raters.
 
-An item id is a hash of the run's conversations file, the export seed, the comparison and MASCOT's
-side. It is stable (the same export gives the same ids), a rating can only ever be read with the
-side it was given, and a rater, who does not have the run's files, cannot work the side out from it.
+An item id is a hash of the run's conversations file, the export seed, the comparison, MASCOT's side
+and (on a rater's own sheet) the rater. It is stable (the same export gives the same ids), a rating
+can only ever be read with the side it was given, and a rater, who does not have the run's files,
+cannot work the side out from it.
 
 `import_ratings` reads rater files (item_id, rater, choice, comment), refusing every problem with its
 file, line and field, and reports per baseline MASCOT's wins, ties and losses, its win rate with an
-interval over contexts (`statistics.win_rate`), and Krippendorff's alpha between raters at the
-ordinal level (loss < tie < win, read from MASCOT's side).
+interval over contexts and raters crossed (`statistics.win_rate`), Krippendorff's alpha between raters
+at the ordinal level (loss < tie < win, read from MASCOT's side) on the comparisons two or more rated,
+the share of decisive choices that picked side A (position bias), and, where the evaluation judged
+pairwise preferences, the share of ratings that agree with the pairwise judge's outcome.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+import polars as pl
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mascot.artifacts import Artifact, RunDir, atomic_path, file_sha256, write_json, write_text
@@ -40,6 +47,7 @@ from mascot.evaluation.systems import SYSTEMS
 from mascot.judges.group import speaker_label
 from mascot.queries import request_seed
 from mascot.roster import Roster, load_roster
+from mascot.stats import crossed_clustered_mean
 
 MASCOT = "mascot"
 CHOICES = ("A", "B", "tie")
@@ -62,6 +70,13 @@ class KeyItem(BaseModel):
     context_id: str
     seed: int
     eval_set: str
+    rater: str | None = None  # the rater whose own sheet shows this item; None on a sheet shared by all
+    position: int | None = None  # its place on its sheet, from 1 (the key's JSON sorts items by id)
+
+    @property
+    def comparison(self) -> tuple[str, str, int]:
+        """(baseline, context, seed): what is compared, whichever sheet and side show it."""
+        return self.baseline, self.context_id, self.seed
 
     @property
     def baseline(self) -> str:
@@ -81,15 +96,22 @@ class HumanKey(BaseModel):
     seed: int
     conversations_sha256: str
     items: dict[str, KeyItem]
+    raters: list[str] | None = None  # one sheet per rater, in <sheets>/<rater>/; None: one sheet for all
+
+    def raters_items(self, rater: str | None) -> dict[str, KeyItem]:
+        """The items of one rater's sheet (every item when the sheet is shared), in the sheet's order."""
+        mine = [(item_id, item) for item_id, item in self.items.items() if self.raters is None or item.rater == rater]
+        return dict(sorted(mine, key=lambda pair: pair[1].position or 0))
 
 
 @dataclass(frozen=True)
 class Export:
-    sheet_csv: Path
+    sheet_csv: Path  # the shared sheet, or the first rater's
     sheet_html: Path
     key: Path
-    items: int
+    items: int  # comparisons (each rater's sheet shows every one of them)
     per_baseline: dict[str, int]
+    rater_sheets: dict[str, Path]  # rater -> the folder of their own sheets; empty for a shared sheet
 
 
 class HumanRatingsError(ValueError):
@@ -121,22 +143,27 @@ def run_rosters(run: RunDir) -> tuple[Roster, Roster]:
     return load_roster(paths[0]), load_roster(paths[1])
 
 
-def choose_comparisons(pairs: list[tuple[str, str, int]], seed: int,
-                       per_baseline: int | None) -> list[tuple[str, str, int, str]]:
+def choose_comparisons(pairs: list[tuple[str, str, int]], seed: int, per_baseline: int | None,
+                       rater: str | None = None) -> list[tuple[str, str, int, str]]:
     """(baseline, context id, seed, MASCOT's side) of up to `per_baseline` comparisons per baseline, chosen by
-    seed, MASCOT on side A in half of each baseline's (the odd one by seed), all in a seeded order."""
+    seed, MASCOT on side A in half of each baseline's (the odd one by seed), all in a seeded order. The
+    comparisons depend on the seed only, so every rater rates the same ones; the sides and the order depend on
+    the rater too, so each rater's sheet is randomised apart."""
     by_baseline: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for baseline, context_id, eval_seed in sorted(pairs):
         by_baseline[baseline].append((context_id, eval_seed))
     chosen = []
+    whose = () if rater is None else ("rater", rater)
     for baseline, candidates in by_baseline.items():
         rng = random.Random(request_seed(seed, "human", baseline))
         picked = rng.sample(candidates, min(per_baseline or len(candidates), len(candidates)))
+        if rater is not None:
+            rng = random.Random(request_seed(seed, "human", baseline, *whose))
         half = len(picked) // 2
         sides = ["A"] * half + ["B"] * half + ([rng.choice("AB")] if len(picked) % 2 else [])
         rng.shuffle(sides)
         chosen += [(baseline, c, s, side) for (c, s), side in zip(picked, sides, strict=True)]
-    random.Random(request_seed(seed, "human", "order")).shuffle(chosen)
+    random.Random(request_seed(seed, "human", "order", *whose)).shuffle(chosen)
     return chosen
 
 
@@ -154,9 +181,19 @@ def context_text(item: SheetItem) -> str:
 
 
 def export_sheets(run_dir: Path, out: Path, key_path: Path, *, seed: int = 0, per_baseline: int | None = None,
-                  baselines: list[str] | None = None, force: bool = False) -> Export:
-    """Write the blind sheets to `out` and the key to `key_path` (outside `out`)."""
+                  baselines: list[str] | None = None, force: bool = False,
+                  raters: list[str] | None = None) -> Export:
+    """Write the blind sheets to `out` and the key to `key_path` (outside `out`): one sheet for all, or, given
+    `raters`, one per rater in `out`/<rater>/ with that rater's own sides and order."""
     run = RunDir(run_dir)
+    if raters is not None:
+        problems = [f"--raters: {why}" for rater in raters if (why := rater_problem(rater)) is not None]
+        problems += [f"--raters: {rater!r} is named twice; each rater gets one sheet"
+                     for rater, n in Counter(raters).items() if n > 1]
+        if not raters:
+            problems.append("--raters: no rater named; name one or more, or leave it out for one shared sheet")
+        if problems:
+            raise HumanRatingsError(*problems)
     out, key_path = out.resolve(), key_path.resolve()
     if key_path.is_relative_to(out):
         raise HumanRatingsError(f"--key {key_path}: the key is inside {out}, the folder that goes to raters; it "
@@ -180,32 +217,49 @@ def export_sheets(run_dir: Path, out: Path, key_path: Path, *, seed: int = 0, pe
     contexts = read_contexts(contexts_artifact)
     eval_sets = dict(contexts_artifact.read_parquet().select("context_id", "eval_set").iter_rows())
 
-    sheet, key_items = [], {}
-    for baseline, context_id, eval_seed, side in choose_comparisons(pairs, seed, per_baseline):
-        item_id = hashlib.sha256(f"{conversations.sha256}\x1f{seed}\x1f{baseline}\x1f{context_id}\x1f{eval_seed}"
-                                 f"\x1f{side}".encode()).hexdigest()[:12]
-        systems = (MASCOT, baseline) if side == "A" else (baseline, MASCOT)
-        key_items[item_id] = KeyItem(system_a=systems[0], system_b=systems[1], context_id=context_id,
-                                     seed=eval_seed, eval_set=eval_sets[context_id])
-        sheet.append(sheet_item(item_id, key_items[item_id], played, contexts, roster, assistant))
-    if len(key_items) != len(sheet):
-        raise RuntimeError("two comparisons were given the same item id; export again with another --seed")
-    key = HumanKey(run=run.root.name, seed=seed, conversations_sha256=conversations.sha256, items=key_items)
+    sheets: dict[str | None, list[SheetItem]] = {}
+    key_items: dict[str, KeyItem] = {}
+    for rater in raters or [None]:
+        sheet = sheets.setdefault(rater, [])
+        for position, (baseline, context_id, eval_seed, side) in enumerate(
+                choose_comparisons(pairs, seed, per_baseline, rater), 1):
+            whose = "" if rater is None else f"\x1f{rater}"
+            item_id = hashlib.sha256(f"{conversations.sha256}\x1f{seed}\x1f{baseline}\x1f{context_id}\x1f{eval_seed}"
+                                     f"\x1f{side}{whose}".encode()).hexdigest()[:12]
+            systems = (MASCOT, baseline) if side == "A" else (baseline, MASCOT)
+            if item_id in key_items:
+                raise RuntimeError("two comparisons were given the same item id; export again with another --seed")
+            key_items[item_id] = KeyItem(system_a=systems[0], system_b=systems[1], context_id=context_id,
+                                         seed=eval_seed, eval_set=eval_sets[context_id], rater=rater,
+                                         position=position)
+            sheet.append(sheet_item(item_id, key_items[item_id], played, contexts, roster, assistant))
+    key = HumanKey(run=run.root.name, seed=seed, conversations_sha256=conversations.sha256, items=key_items,
+                   raters=raters)
     if key_path.exists() and not force and read_key(key_path) != key:
         raise HumanRatingsError(f"{key_path} already holds the key of another export; ratings of sheets sent out "
                                 "with it could no longer be read. Pass --force to replace it, or --key elsewhere")
 
     # The key first: sheets without their key could never be read back.
     write_json(key.model_dump(mode="json"), key_path)
-    sheet_csv, sheet_html = out / "sheet.csv", out / "sheet.html"
+    written = {rater: write_sheet(sheet, out if rater is None else out / rater, rater)
+               for rater, sheet in sheets.items()}
+    counts = Counter(item.baseline for item in key.raters_items((raters or [None])[0]).values())
+    sheet_csv, sheet_html = next(iter(written.values()))
+    return Export(sheet_csv, sheet_html, key_path, sum(counts.values()), dict(sorted(counts.items())),
+                  {rater: out / rater for rater in raters or []})
+
+
+def write_sheet(sheet: list[SheetItem], folder: Path, rater: str | None) -> tuple[Path, Path]:
+    """sheet.csv and sheet.html of one sheet; a rater's own sheet has their id filled in."""
+    sheet_csv, sheet_html = folder / "sheet.csv", folder / "sheet.html"
     with atomic_path(sheet_csv) as temporary, temporary.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(SHEET_COLUMNS)
         for item in sheet:
-            writer.writerow([item.item_id, context_text(item), as_text(item.a), as_text(item.b), "", "", ""])
-    write_text(render_sheet_html(sheet, hashlib.sha256("".join(key_items).encode()).hexdigest()[:12]), sheet_html)
-    counts = Counter(item.baseline for item in key_items.values())
-    return Export(sheet_csv, sheet_html, key_path, len(sheet), dict(sorted(counts.items())))
+            writer.writerow([item.item_id, context_text(item), as_text(item.a), as_text(item.b), rater or "", "", ""])
+    sheet_id = hashlib.sha256("".join(item.item_id for item in sheet).encode()).hexdigest()[:12]
+    write_text(render_sheet_html(sheet, sheet_id, rater), sheet_html)
+    return sheet_csv, sheet_html
 
 
 def sheet_item(item_id: str, item: KeyItem, played: dict, contexts: dict, roster: Roster,
@@ -230,15 +284,23 @@ def key_conversations(run: RunDir, key: HumanKey, key_path: Path) -> Artifact:
     return conversations
 
 
-def sheet_items(run_dir: Path, key_path: Path) -> list[SheetItem]:
-    """The items of the export that wrote `key_path`, in the sheets' order, rebuilt from the run (the rating page
-    serves these; they name no system)."""
+def sheet_items(run_dir: Path, key_path: Path, rater: str | None = None) -> list[SheetItem]:
+    """The items of the export that wrote `key_path` (of `rater`'s own sheet, where it made one per rater), in the
+    sheet's order, rebuilt from the run (the rating page serves these; they name no system)."""
     run, key = RunDir(run_dir), read_key(key_path)
+    if key.raters is not None and rater not in key.raters:
+        raise HumanRatingsError(f"{key_path}: raters: this export made one sheet per rater "
+                                f"({', '.join(key.raters)}); " + ("pass --rater with one of them" if rater is None
+                                                                  else f"{rater!r} is not one of them"))
+    if key.raters is None and rater is not None:
+        raise HumanRatingsError(f"--rater {rater}: {key_path} is of one sheet shared by every rater; leave --rater "
+                                "out (the page asks for the rater's id)")
     conversations = key_conversations(run, key, key_path)
     roster, assistant = run_rosters(run)
     played = read_conversations(conversations)
     contexts = read_contexts(evaluation_artifact(run, "eval/contexts"))
-    return [sheet_item(item_id, item, played, contexts, roster, assistant) for item_id, item in key.items.items()]
+    return [sheet_item(item_id, item, played, contexts, roster, assistant)
+            for item_id, item in key.raters_items(rater).items()]
 
 
 def write_rater_file(path: Path, rater: str, ratings: dict[str, tuple[str, str]]) -> None:
@@ -311,6 +373,9 @@ def rating_problems(value: dict[str, str], where: str, key: HumanKey, first_seen
         problems.append(f"{where}: item_id: empty; expected the id of an item of the sheet")
     elif value["item_id"] not in key.items:
         problems.append(f"{where}: item_id: {value['item_id']!r} is not an item of this key's sheets")
+    elif (owner := key.items[value["item_id"]].rater) is not None and value["rater"] and value["rater"] != owner:
+        problems.append(f"{where}: item_id: {value['item_id']} is on rater {owner!r}'s own sheet, rated here by "
+                        f"{value['rater']!r}; each rater rates their own sheet, whose sides and order are theirs")
     if (why := rater_problem(value["rater"])) is not None:
         problems.append(f"{where}: rater: {why}")
     if value["choice"].lower() not in {c.lower() for c in CHOICES}:
@@ -378,11 +443,11 @@ def outcome(rating: Rating, item: KeyItem) -> float:
     return 0.5 if rating.choice == "tie" else float(rating.choice == item.mascot_side)
 
 
-def rater_agreement(outcomes: dict[str, dict[str, float]]) -> dict:
-    """Krippendorff's alpha (ordinal) between raters over the items two or more of them rated, with the reason
-    when it cannot be computed."""
-    raters_of: Counter[str] = Counter(item for by_item in outcomes.values() for item in by_item)
-    shared = {rater: {item: value for item, value in by_item.items() if raters_of[item] >= 2}
+def rater_agreement(outcomes: dict[str, dict[tuple, float]]) -> dict:
+    """Krippendorff's alpha (ordinal) between raters over the comparisons two or more of them rated (on one shared
+    sheet or on their own sheets, whatever the sides), with the reason when it cannot be computed."""
+    raters_of: Counter[tuple] = Counter(item for by_item in outcomes.values() for item in by_item)
+    shared = {rater: {"|".join(map(str, item)): value for item, value in by_item.items() if raters_of[item] >= 2}
               for rater, by_item in outcomes.items()}
     shared = {rater: by_item for rater, by_item in shared.items() if by_item}
     result = judge_agreement(shared, level=AGREEMENT_LEVEL)
@@ -397,42 +462,89 @@ def rater_agreement(outcomes: dict[str, dict[str, float]]) -> dict:
     return agreement
 
 
+def crossed_share(values: list[float], contexts: list[str], raters: list[str], confidence: float, resamples: int,
+                  seed: int) -> dict:
+    """A share over ratings with its interval over contexts and raters crossed; None where no rating counts."""
+    interval = crossed_clustered_mean(values, contexts, raters, confidence, resamples, seed)
+    return {"share": interval["value"], "n": interval["n"], "ci_low": interval["ci_low"],
+            "ci_high": interval["ci_high"], "confidence": confidence,
+            "interval": "percentile bootstrap over contexts and raters, crossed"}
+
+
+def judge_outcomes(preferences: pl.DataFrame | None) -> dict[tuple[str, str, int], float]:
+    """The pairwise judge's outcome of each comparison both of its orders judged, read from MASCOT's side as
+    `pairwise.preference_results` reads it: a win or a loss where both orders agree, else a tie."""
+    if preferences is None or preferences.is_empty():
+        return {}
+    wide = preferences.pivot(on="order", index=["baseline", "context_id", "seed"], values="mascot")
+    if not {"mascot_first", "mascot_second"} <= set(wide.columns):
+        return {}
+    judged = wide.drop_nulls(["mascot_first", "mascot_second"])
+    return {(b, c, s): (first if first == second and first != 0.5 else 0.5)
+            for b, c, s, first, second in judged.select("baseline", "context_id", "seed", "mascot_first",
+                                                        "mascot_second").iter_rows()}
+
+
 def human_results(ratings: list[Rating], key: HumanKey, confidence: float = 0.95, resamples: int = 2000,
-                  seed: int = 0) -> list[dict]:
+                  seed: int = 0, preferences: pl.DataFrame | None = None) -> list[dict]:
     """Per baseline: raters, ratings, MASCOT's wins, ties and losses and win rate (ties count half; every rating
-    counts, its context the cluster the interval resamples), and the raters' agreement."""
+    counts, the interval resamples contexts and raters crossed), the raters' agreement, the share of decisive
+    choices that picked side A, and the share of ratings that agree with the pairwise judge."""
     by_baseline: dict[str, list[Rating]] = defaultdict(list)
     for rating in ratings:
         by_baseline[key.items[rating.item_id].baseline].append(rating)
-    in_sheet = Counter(item.baseline for item in key.items.values())
+    in_sheet = Counter(item.baseline for item in key.raters_items((key.raters or [None])[0]).values())
+    judged = judge_outcomes(preferences)
     results = []
     for baseline in sorted(by_baseline):
         rated = by_baseline[baseline]
         items = [key.items[r.item_id] for r in rated]
         outcomes = [outcome(r, item) for r, item in zip(rated, items, strict=True)]
-        per_rater: dict[str, dict[str, float]] = defaultdict(dict)
-        for rating, value in zip(rated, outcomes, strict=True):
-            per_rater[rating.rater][rating.item_id] = value
+        contexts, raters = [item.context_id for item in items], [r.rater for r in rated]
+        per_rater: dict[str, dict[tuple, float]] = defaultdict(dict)
+        for rating, item, value in zip(rated, items, outcomes, strict=True):
+            per_rater[rating.rater][item.comparison] = value
+        decisive = [(float(r.choice == "A"), c, who) for r, c, who in zip(rated, contexts, raters, strict=True)
+                    if r.choice != "tie"]
+        with_judge = [(float(value == judged[item.comparison]), item.context_id, r.rater)
+                      for r, item, value in zip(rated, items, outcomes, strict=True) if item.comparison in judged]
         results.append({"baseline": baseline, "raters": len(per_rater), "ratings": len(rated),
-                        "items": len({r.item_id for r in rated}), "items_in_sheet": in_sheet[baseline],
+                        "items": len({item.comparison for item in items}), "items_in_sheet": in_sheet[baseline],
                         "seeds": len({item.seed for item in items}),
-                        **win_rate(outcomes, [item.context_id for item in items], confidence, resamples, seed),
-                        "agreement": rater_agreement(per_rater)})
+                        **win_rate(outcomes, contexts, confidence, resamples, seed, raters=raters),
+                        "agreement": rater_agreement(per_rater),
+                        "side_a_share": crossed_share(*map(list, zip(*decisive, strict=True)), confidence, resamples,
+                                                      seed) if decisive else None,
+                        "judge_agreement": crossed_share(*map(list, zip(*with_judge, strict=True)), confidence,
+                                                         resamples, seed) if with_judge else None})
     return results
+
+
+def recorded_preferences(run: RunDir) -> pl.DataFrame | None:
+    """The evaluation's pairwise judgments, where it judged any (`eval.pairwise`)."""
+    try:
+        return run.recorded("eval/preferences", "human-judge agreement").read_parquet()
+    except FileNotFoundError:
+        return None
 
 
 def import_ratings(run_dir: Path, paths: list[Path], key_path: Path, out: Path, confidence: float = 0.95,
                    resamples: int = 2000) -> dict:
     """Read the rater files against the key and write `out` (human_results.json); nothing is written on error."""
     key = read_key(key_path)
-    key_conversations(RunDir(run_dir), key, key_path)
+    run = RunDir(run_dir)
+    key_conversations(run, key, key_path)
     ratings, files = read_ratings(paths, key)
     summary = {"run": str(run_dir), "key": {"path": str(key_path), "sha256": file_sha256(key_path)},
                "ratings_files": [{"path": str(f.path), "sha256": f.sha256, "ratings": f.ratings,
                                   "blank_rows": f.blank_rows} for f in files],
                "raters": sorted({r.rater for r in ratings}), "confidence": confidence,
+               "sheets": "one per rater" if key.raters is not None else "one shared by every rater",
                "outcome": "MASCOT's side: win 1, tie 0.5, loss 0",
-               "results": human_results(ratings, key, confidence, resamples, seed=key.seed)}
+               "side_a_share": "the share of decisive (A or B) choices that picked side A; 0.5 without position bias",
+               "judge_agreement": "the share of ratings whose outcome equals the pairwise judge's for the same "
+                                  "comparison",
+               "results": human_results(ratings, key, confidence, resamples, seed=key.seed,
+                                        preferences=recorded_preferences(run))}
     write_json(summary, out)
     return summary
-

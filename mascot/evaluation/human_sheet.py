@@ -70,7 +70,8 @@ function progress() {
 }
 function restore() {
   const state = saved();
-  document.getElementById("rater").value = state.rater || "";
+  const rater = document.getElementById("rater");
+  rater.value = state.rater || rater.defaultValue;
   document.querySelectorAll(".item").forEach(item => {
     const kept = (state.items || {})[item.dataset.id];
     if (!kept) return;
@@ -126,15 +127,17 @@ def _item(number: int, total: int, item: SheetItem) -> str:
             f'<label>Comment (optional)<textarea name="comment-{item_id}"></textarea></label></section>')
 
 
-def render_sheet_html(items: list[SheetItem], sheet_id: str) -> str:
-    """The whole page; `sheet_id` keeps one sheet's saved choices apart from another's in the browser."""
+def render_sheet_html(items: list[SheetItem], sheet_id: str, rater: str | None = None) -> str:
+    """The whole page; `sheet_id` keeps one sheet's saved choices apart from another's in the browser. A rater's
+    own sheet has their id filled in (its sides and order are theirs)."""
     body = "".join(_item(number, len(items), item) for number, item in enumerate(items, 1))
+    rater_value = f' value="{escape(rater)}"' if rater else ""
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>Which continuation is better?</title><style>{STYLE}</style></head>"
         f'<body data-sheet="{escape(sheet_id)}"><header><label>Your rater id: <input id="rater" '
-        'autocomplete="off"></label> <span id="progress"></span> '
+        f'autocomplete="off"{rater_value}></label> <span id="progress"></span> '
         '<button id="download" type="button">Download my ratings (CSV)</button></header>'
         '<p class="instructions">Each item shows the start of a conversation and two ways it went on. Read both '
         "and choose the continuation that is better as a whole, or Tie when neither is. Which one is A says "

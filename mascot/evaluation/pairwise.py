@@ -39,6 +39,7 @@ from mascot.prompts import render
 from mascot.queries import request_seed
 from mascot.roster import Roster
 from mascot.rubrics import Rubric
+from mascot.stats import clustered_mean
 
 TIE_MARGIN = 0.1  # the heuristic pairwise judge's smallest overall-score gap (1-5 scale) that is not a tie
 VERDICTS = ("A", "B", "tie")
@@ -177,7 +178,9 @@ def judge_preferences(job: PairwiseJob, conversations: Artifact, out: Path) -> A
 def preference_results(preferences: pl.DataFrame, confidence: float = 0.95, resamples: int = 2000,
                        seed: int = 0) -> list[dict]:
     """Per baseline: wins, ties and losses of MASCOT, its win rate with an interval over contexts, the
-    position-consistency rate, and the pairs left out because an order's judgment failed."""
+    position-consistency rate, the share of the judge's decisive verdicts (A or B) on the judged pairs that
+    picked A (its position bias, 0.5 without one; both orders count), and the pairs left out because an
+    order's judgment failed."""
     results = []
     for (baseline,), rows in preferences.group_by("baseline", maintain_order=True):
         wide = rows.pivot(on="order", index=["context_id", "seed"], values="mascot")
@@ -185,8 +188,15 @@ def preference_results(preferences: pl.DataFrame, confidence: float = 0.95, resa
         first, second = judged["mascot_first"].to_list(), judged["mascot_second"].to_list()
         outcomes = [a if a == b and a != 0.5 else 0.5 for a, b in zip(first, second, strict=True)]
         consistent = sum(a == b for a, b in zip(first, second, strict=True))
+        decisive = rows.join(judged.select("context_id", "seed"), on=["context_id", "seed"]).filter(
+            pl.col("winner").is_in(["A", "B"]))
+        side_a = clustered_mean((decisive["winner"] == "A").cast(pl.Float64).to_list(),
+                                decisive["context_id"].to_list(), confidence, resamples, seed)
         results.append({"baseline": baseline, "failed_pairs": wide.height - judged.height,
                         "seeds": judged["seed"].n_unique(),
                         "position_consistency": consistent / judged.height if judged.height else None,
+                        "side_a_share": {"share": side_a["value"], "n": side_a["n"], "ci_low": side_a["ci_low"],
+                                         "ci_high": side_a["ci_high"], "confidence": confidence,
+                                         "interval": "percentile bootstrap over contexts"},
                         **win_rate(outcomes, judged["context_id"].to_list(), confidence, resamples, seed)})
     return results

@@ -247,6 +247,12 @@ def judges_of(config) -> dict[str, Any]:
             "heuristic_only": all(j.kind == "heuristic" for j in judges)}
 
 
+def _share(share: dict[str, Any]) -> str:
+    if share["share"] is None:
+        return "– (0)"
+    return f"{share['share']:.1%} [{share['ci_low']:.1%}, {share['ci_high']:.1%}] ({share['n']})"
+
+
 def preference_markdown(summary: dict[str, Any]) -> list[str]:
     judges = summary["judges"]
     lines = ["## Head-to-head preference", "",
@@ -254,17 +260,18 @@ def preference_markdown(summary: dict[str, Any]) -> list[str]:
              "the same context and seed, once with MASCOT first and once second. A pair is a win or a loss when "
              "both orders agree, else a tie; the win rate counts ties as half, with a "
              f"{summary['confidence']:.0%} bootstrap interval over contexts; position consistency is the share of "
-             "pairs whose verdict survived the swap."), ""]
+             "pairs whose verdict survived the swap; side A is the share of the judge's decisive verdicts, in both "
+             "orders, that picked the continuation shown first (0.5 without position bias), with its interval."), ""]
     if judges["pairwise"] == "heuristic":
         lines += [("The heuristic pairwise judge compares scores, so it cannot favour a position: its consistency is "
                   "1 by construction, not a finding."), ""]
     lines += [("| MASCOT against | pairs (contexts, seeds) | wins | ties | losses | win rate | position consistency | "
-              "failed pairs |"), "|---|---|---|---|---|---|---|---|"]
+              "side A (n) | failed pairs |"), "|---|---|---|---|---|---|---|---|---|"]
     for entry in summary["preferences"]:
         rate = ("–" if entry["win_rate"] is None else
                 f"{entry['win_rate']:.1%} [{entry['ci_low']:.1%}, {entry['ci_high']:.1%}]")
         consistency = "–" if entry["position_consistency"] is None else f"{entry['position_consistency']:.1%}"
         lines.append(f"| {SYSTEMS[entry['baseline']].label} | {entry['n']} ({entry['contexts']}, {entry['seeds']}) | "
                      f"{entry['wins']} | {entry['ties']} | {entry['losses']} | {rate} | {consistency} | "
-                     f"{entry['failed_pairs']} |")
+                     f"{_share(entry['side_a_share'])} | {entry['failed_pairs']} |")
     return [*lines, ""]

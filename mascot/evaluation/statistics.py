@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mascot.stats import clustered_mean
+from mascot.stats import clustered_mean, crossed_clustered_mean
 
 
 def per_context_means(values: Sequence[float | None], contexts: Sequence[str]) -> dict[str, float]:
@@ -95,11 +95,17 @@ def judge_agreement(scores: dict[str, dict[str, float]], level: str = "interval"
 
 
 def win_rate(outcomes: Sequence[float], contexts: Sequence[str], confidence: float = 0.95,
-             resamples: int = 2000, seed: int = 0) -> dict:
+             resamples: int = 2000, seed: int = 0, raters: Sequence[str] | None = None) -> dict:
     """Wins (1), ties (0.5) and losses (0) of a system against a baseline: the counts, and the win
-    rate (ties count half) with a bootstrap interval over contexts."""
-    interval = clustered_mean(outcomes, contexts, confidence, resamples, seed)
-    return {"wins": sum(o == 1 for o in outcomes), "ties": sum(o == 0.5 for o in outcomes),
-            "losses": sum(o == 0 for o in outcomes), "n": len(outcomes), "contexts": interval["clusters"],
-            "win_rate": interval["value"], "ci_low": interval["ci_low"], "ci_high": interval["ci_high"],
-            "confidence": confidence, "interval": "percentile bootstrap over contexts"}
+    rate (ties count half) with a bootstrap interval over contexts, or, given each outcome's rater,
+    over contexts and raters crossed (`mascot.stats.crossed_clustered_mean`)."""
+    counts = {"wins": sum(o == 1 for o in outcomes), "ties": sum(o == 0.5 for o in outcomes),
+              "losses": sum(o == 0 for o in outcomes), "n": len(outcomes), "confidence": confidence}
+    if raters is None:
+        interval = clustered_mean(outcomes, contexts, confidence, resamples, seed)
+        return {**counts, "contexts": interval["clusters"], "win_rate": interval["value"],
+                "ci_low": interval["ci_low"], "ci_high": interval["ci_high"],
+                "interval": "percentile bootstrap over contexts"}
+    interval = crossed_clustered_mean(outcomes, contexts, raters, confidence, resamples, seed)
+    return {**counts, "contexts": interval["rows"], "win_rate": interval["value"], "ci_low": interval["ci_low"],
+            "ci_high": interval["ci_high"], "interval": "percentile bootstrap over contexts and raters, crossed"}

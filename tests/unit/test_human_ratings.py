@@ -20,7 +20,8 @@ from mascot.data.contexts import write_contexts
 from mascot.dialogue.episodes import turn_row
 from mascot.dialogue.turns import Turn
 from mascot.evaluation.conversations import CONVERSATION_SCHEMA, write_eval_contexts
-from mascot.evaluation.human import HumanRatingsError, export_sheets, import_ratings, read_key
+from mascot.evaluation.human import HumanRatingsError, export_sheets, import_ratings, read_key, sheet_items
+from mascot.evaluation.pairwise import PREFERENCE_SCHEMA
 from mascot.evaluation.systems import SYSTEMS
 
 ROSTER = REPO / "configs" / "rosters" / "emotional_support.yaml"
@@ -303,3 +304,142 @@ def test_the_commands(tmp_path):
     assert f"{bad}:2: choice: 'maybe'; expected A, B or tie" in result.output and "Traceback" not in result.output
     result = runner.invoke(app, ["eval", "export-human", str(tmp_path / "nowhere")])
     assert result.exit_code == 2 and "run `mascot run evaluate` for this run first" in " ".join(result.output.split())
+
+
+def rate_by_the_sheet(sheet: Path, rater: str, out: Path, pick) -> Path:
+    """A rater's file written from what the sheet shows, never from the key: `pick(row)` reads the row's texts."""
+    return write_ratings(out, [(row["item_id"], rater, pick(row), "") for row in sheet_rows(sheet)])
+
+
+def mascot_shown_on(row: dict[str, str]) -> str:
+    """The side whose conversation holds MASCOT's word: what a rater who always prefers MASCOT would pick."""
+    a, b = (TOKENS["mascot"] in row[f"conversation_{side}"] for side in "ab")
+    assert a != b, "MASCOT's conversation is on exactly one side"
+    return "A" if a else "B"
+
+
+def preferences(run_dir: Path, winner_of) -> None:
+    """eval/preferences.parquet as `pairwise.judge_preferences` writes it: both orders of every comparison, the
+    verdict read from MASCOT's side by `winner_of(baseline)` (1 a win, 0 a loss)."""
+    contexts = read_key(run_dir / "eval" / "human_key.json").items.values()
+    rows = []
+    for baseline, context_id, seed in sorted({item.comparison for item in contexts}):
+        for order, mine in (("mascot_first", "A"), ("mascot_second", "B")):
+            mascot = winner_of(baseline)
+            winner = mine if mascot == 1 else {"A": "B", "B": "A"}[mine]
+            rows.append({"baseline": baseline, "context_id": context_id, "seed": seed, "order": order,
+                         "judge": "heuristic", "winner": winner, "mascot": float(mascot), "reason": "",
+                         "ok": True, "error": None, "attempts": 1})
+    RunDir(run_dir).record({"eval/preferences": write_parquet(pl.DataFrame(rows, schema=PREFERENCE_SCHEMA),
+                                                              run_dir / "eval" / "preferences.parquet")})
+
+
+def test_a_rater_who_prefers_mascot_by_what_the_sheet_shows_wins_every_item_on_every_rater_s_sheet(tmp_path):
+    """The winning side comes from the sheet's text (MASCOT's word), not from the key: were the key's side read
+    the wrong way round, MASCOT would lose every item."""
+    run_dir = make_run(tmp_path, contexts=4, seeds=(0, 1))
+    result = export(run_dir, raters=["ann", "bo"])
+    preferences(run_dir, lambda baseline: 1 if baseline == "zero_shot" else 0)
+    files = [rate_by_the_sheet(result.rater_sheets[r] / "sheet.csv", r, tmp_path / f"{r}.csv", mascot_shown_on)
+             for r in ("ann", "bo")]
+    summary = import_ratings(run_dir, files, run_dir / "eval" / "human_key.json", tmp_path / "results.json")
+    assert summary["sheets"] == "one per rater"
+    for entry in summary["results"]:
+        assert (entry["wins"], entry["ties"], entry["losses"], entry["raters"], entry["items"]) == (16, 0, 0, 2, 8)
+        assert entry["win_rate"] == 1 and entry["agreement"]["reason"] == "every rating of the shared items is " \
+                                                                          "the same, so alpha is undefined (0/0)"
+        # Each rater's own sheet puts MASCOT on A half the time, so picking MASCOT picks A half the time.
+        assert entry["side_a_share"]["share"] == 0.5 and entry["side_a_share"]["n"] == 16
+        # The judge gave MASCOT every zero_shot comparison and no multi_agent one.
+        expected = 1.0 if entry["baseline"] == "zero_shot" else 0.0
+        assert entry["judge_agreement"]["share"] == expected and entry["judge_agreement"]["n"] == 16
+
+
+def test_a_rater_who_always_picks_a_shows_position_bias_and_no_preference(tmp_path):
+    run_dir = make_run(tmp_path, contexts=4, seeds=(0, 1))
+    result = export(run_dir, raters=["ann", "bo"])
+    files = [rate_by_the_sheet(result.rater_sheets[r] / "sheet.csv", r, tmp_path / f"{r}.csv", lambda row: "A")
+             for r in ("ann", "bo")]
+    summary = import_ratings(run_dir, files, run_dir / "eval" / "human_key.json", tmp_path / "results.json")
+    for entry in summary["results"]:
+        assert entry["side_a_share"]["share"] == 1 and entry["win_rate"] == 0.5, "balanced sides, per rater"
+        assert entry["judge_agreement"] is None, "the run judged no pairwise preferences"
+        assert entry["interval"] == "percentile bootstrap over contexts and raters, crossed"
+
+
+def test_each_rater_gets_the_same_comparisons_with_their_own_sides_and_order(tmp_path):
+    run_dir = make_run(tmp_path, contexts=4, seeds=(0, 1))
+    result = export(run_dir, raters=["ann", "bo", "cy"])
+    key = read_key(result.key)
+    assert result.items == 16 and result.per_baseline == {"multi_agent": 8, "zero_shot": 8}
+    assert key.raters == ["ann", "bo", "cy"] and len(key.items) == 48
+    shown = {}
+    for rater in key.raters:
+        rows = sheet_rows(result.rater_sheets[rater] / "sheet.csv")
+        assert {row["rater"] for row in rows} == {rater}, "the rater's id is filled in"
+        assert f'id="rater" autocomplete="off" value="{rater}"' in (result.rater_sheets[rater] / "sheet.html").read_text()
+        items = [key.items[row["item_id"]] for row in rows]
+        assert {item.rater for item in items} == {rater}
+        for baseline in ("zero_shot", "multi_agent"):
+            sides = [item.mascot_side for item in items if item.baseline == baseline]
+            assert sorted(sides) == ["A"] * 4 + ["B"] * 4, f"balanced within each baseline for {rater}"
+        # what the sheet shows, read from its text: the order of comparisons and the side MASCOT is on
+        shown[rater] = [(item.comparison, mascot_shown_on(row)) for item, row in zip(items, rows, strict=True)]
+    comparisons = {rater: [c for c, _ in pairs] for rater, pairs in shown.items()}
+    assert len({frozenset(c) for c in comparisons.values()}) == 1, "every rater rates the same comparisons"
+    assert len({tuple(c) for c in comparisons.values()}) == 3, "in an order of their own"
+    sides = {rater: dict(pairs) for rater, pairs in shown.items()}
+    assert sides["ann"] != sides["bo"] != sides["cy"] != sides["ann"], "with sides of their own"
+    assert read_key(export(run_dir, raters=["ann", "bo", "cy"]).key) == key, "the same export: the same key"
+    # A rater who rates another rater's sheet is refused: its sides and order are not theirs.
+    ann_item = next(row["item_id"] for row in sheet_rows(result.rater_sheets["ann"] / "sheet.csv"))
+    wrong = write_ratings(tmp_path / "bo.csv", [(ann_item, "bo", "A", "")])
+    with pytest.raises(HumanRatingsError) as error:
+        import_ratings(run_dir, [wrong], result.key, tmp_path / "results.json")
+    assert error.value.problems == [(f"{wrong}:2: item_id: {ann_item} is on rater 'ann''s own sheet, rated here by "
+                                     "'bo'; each rater rates their own sheet, whose sides and order are theirs")]
+
+
+@pytest.mark.parametrize(("raters", "expected"), [
+    (["ann", "ann"], "--raters: 'ann' is named twice"),
+    (["ann", "../bo"], "--raters: '../bo': use 1 to 40 letters"),
+    ([], "--raters: no rater named"),
+])
+def test_bad_rater_ids_are_refused_at_export(tmp_path, raters, expected):
+    run_dir = make_run(tmp_path)
+    with pytest.raises(HumanRatingsError) as error:
+        export(run_dir, raters=raters)
+    assert error.value.problems[0].startswith(expected)
+    assert not (run_dir / "eval" / "human_key.json").exists()
+
+
+def test_the_rating_page_serves_one_rater_s_own_sheet(tmp_path):
+    run_dir = make_run(tmp_path)
+    result = export(run_dir, raters=["ann", "bo"])
+    ann = sheet_items(run_dir, result.key, "ann")
+    assert [item.item_id for item in ann] == [row["item_id"] for row in sheet_rows(result.rater_sheets["ann"] /
+                                                                                   "sheet.csv")]
+    with pytest.raises(HumanRatingsError, match=r"one sheet per rater \(ann, bo\); pass --rater"):
+        sheet_items(run_dir, result.key)
+    with pytest.raises(HumanRatingsError, match="'cy' is not one of them"):
+        sheet_items(run_dir, result.key, "cy")
+    export(run_dir, force=True)
+    with pytest.raises(HumanRatingsError, match="one sheet shared by every rater; leave --rater out"):
+        sheet_items(run_dir, result.key, "ann")
+
+
+def test_the_commands_with_a_sheet_per_rater(tmp_path):
+    run_dir = make_run(tmp_path)
+    result = runner.invoke(app, ["eval", "export-human", str(run_dir), "--raters", "ann,bo"])
+    assert result.exit_code == 0, result.output
+    output = " ".join(result.output.split())
+    assert f"send to ann: {run_dir}/eval/human/ann/sheet.html (their own sides and order)" in output
+    assert f"send to bo: {run_dir}/eval/human/bo/sheet.html" in output
+    files = [rate_by_the_sheet(run_dir / "eval" / "human" / r / "sheet.csv", r, tmp_path / f"{r}.csv",
+                               mascot_shown_on) for r in ("ann", "bo")]
+    result = runner.invoke(app, ["eval", "import-human", str(run_dir), *map(str, files)])
+    assert result.exit_code == 0, result.output
+    assert "interval over contexts and raters, crossed" in " ".join(result.output.split())
+    assert "50% [" in result.output, "side A's share, with its interval"
+    result = runner.invoke(app, ["eval", "export-human", str(run_dir), "--raters", "ann,ann", "--force"])
+    assert result.exit_code == 2 and "--raters: 'ann' is named twice" in result.output, result.output

@@ -36,9 +36,14 @@ SINGLE = Side(ASSISTANT, [Turn("assistant", "Sorry to hear that.")])
 
 
 def rows(baseline: str, context: str, first: float | None, second: float | None) -> list[dict]:
-    return [{"baseline": baseline, "context_id": context, "seed": 0, "order": order, "judge": "j", "winner": None,
-             "mascot": score, "reason": "", "ok": score is not None, "error": None, "attempts": 1}
-            for order, score in (("mascot_first", first), ("mascot_second", second))]
+    """Both orders of one pair, each verdict the side that gives MASCOT `score` in that order (None: failed)."""
+    def winner(order: str, score: float | None) -> str | None:
+        mine, theirs = ("A", "B") if order == "mascot_first" else ("B", "A")
+        return None if score is None else "tie" if score == 0.5 else mine if score == 1 else theirs
+
+    return [{"baseline": baseline, "context_id": context, "seed": 0, "order": order, "judge": "j",
+             "winner": winner(order, score), "mascot": score, "reason": "", "ok": score is not None, "error": None,
+             "attempts": 1} for order, score in (("mascot_first", first), ("mascot_second", second))]
 
 
 def test_outcomes_and_position_consistency_by_hand():
@@ -50,6 +55,10 @@ def test_outcomes_and_position_consistency_by_hand():
     assert (result["wins"], result["ties"], result["losses"], result["n"], result["failed_pairs"]) == (1, 2, 1, 4, 1)
     assert result["win_rate"] == pytest.approx(0.5) and result["position_consistency"] == pytest.approx(0.75)
     assert result["contexts"] == 4 and result["ci_low"] <= 0.5 <= result["ci_high"]
+    # The verdicts by side on the four judged pairs: a (A, B), b (A, A), c (tie, tie), d (B, A): 4 of 6 decisive
+    # verdicts picked A. The failed pair's one verdict (A) is left out with its pair.
+    side_a = result["side_a_share"]
+    assert (side_a["share"], side_a["n"]) == (pytest.approx(4 / 6), 6) and side_a["ci_low"] <= 4 / 6 <= side_a["ci_high"]
 
 
 def test_the_heuristic_pairwise_judge_cannot_favour_a_position():

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from browser import chromium, wait_for
 from loopback_servers import serve
-from test_human_ratings import TOKENS, choice, export, make_run
+from test_human_ratings import TOKENS, choice, export, make_run, sheet_rows
 from typer.testing import CliRunner
 
 from cli.main import app
@@ -32,9 +32,10 @@ def page(tmp_path):
 
 
 def test_the_items_are_the_sheets_and_name_no_system(page):
-    url, _, key = page
+    url, run_dir, key = page
     listed = httpx.get(f"{url}/api/items").json()["items"]
-    assert [item["item_id"] for item in listed] == list(key.items)  # the sheets' shuffled order
+    sheet = [row["item_id"] for row in sheet_rows(run_dir / "eval" / "human" / "sheet.csv")]
+    assert [item["item_id"] for item in listed] == sheet != sorted(sheet), "the sheet's shuffled order"
     served = httpx.get(f"{url}/api/items").text.lower()
     for name, spec in SYSTEMS.items():
         assert f'"{name}"' not in served and spec.label.lower() not in served
@@ -114,5 +115,20 @@ def test_rating_with_the_keyboard_in_a_browser(page, tmp_path):
     while not path.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     rows = Path(path).read_text().splitlines()
-    items = list(key.items)
+    items = list(key.raters_items(None))  # the sheet's order
     assert rows[1:] == [f"{items[0]},cy,A,", f"{items[1]},cy,tie,", f"{items[2]},cy,B,"]
+
+
+def test_a_rater_s_own_sheet_is_served_to_that_rater_only(tmp_path):
+    run_dir = make_run(tmp_path)
+    key_path = export(run_dir, raters=["ann", "bo"]).key
+    key = read_key(key_path)
+    items = sheet_items(run_dir, key_path, "ann")
+    with serve(rating_app(items, key, run_dir / "eval" / "human_ratings", sheet_rater="ann")) as url:
+        listed = httpx.get(f"{url}/api/items").json()
+        assert listed["rater"] == "ann" and [i["item_id"] for i in listed["items"]] == list(key.raters_items("ann"))
+        first = listed["items"][0]["item_id"]
+        refused = httpx.post(f"{url}/api/ratings", json={"rater": "bo", "item_id": first, "choice": "A"})
+        assert refused.status_code == 422 and "rater 'ann''s own sheet, not 'bo''s" in refused.text
+        assert httpx.post(f"{url}/api/ratings", json={"rater": "ann", "item_id": first, "choice": "A"}).status_code \
+            == 200

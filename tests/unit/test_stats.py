@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mascot.stats import clustered_mean, describe, paired_difference, proportion
+from mascot.stats import clustered_mean, crossed_clustered_mean, describe, paired_difference, proportion
 
 
 def test_wilson_interval_matches_the_closed_form():
@@ -68,3 +68,29 @@ def test_a_clustered_mean_of_nothing_is_not_available_and_mismatched_labels_fail
     assert clustered_mean([], [])["value"] is None
     with pytest.raises(ValueError, match="2 values but 1 cluster labels"):
         clustered_mean([1.0, 0.0], ["a"])
+
+
+def test_the_crossed_bootstrap_resamples_raters_as_well_as_contexts():
+    """Every difference lies between the two raters (one always 1, the other always 0, on every context): an
+    interval over contexts alone cannot see it, and the crossed one must span most of [0, 1]."""
+    contexts = [f"c{i}" for i in range(20)] * 2
+    raters, values = ["ann"] * 20 + ["bo"] * 20, [1.0] * 20 + [0.0] * 20
+    by_context = clustered_mean(values, contexts, resamples=500)
+    assert by_context["ci_low"] == by_context["ci_high"] == 0.5, "every context's mean is 0.5"
+    crossed = crossed_clustered_mean(values, contexts, raters, resamples=500)
+    assert (crossed["value"], crossed["rows"], crossed["columns"], crossed["n"]) == (0.5, 20, 2, 40)
+    # Drawing the two raters gives {ann, ann}, {ann, bo} or {bo, bo}: means 1, 0.5 and 0, a quarter, a half
+    # and a quarter of the time, so the 95% interval is [0, 1].
+    assert (crossed["ci_low"], crossed["ci_high"]) == (0.0, 1.0) and crossed["empty_resamples"] == 0
+    # And where all the variance is between contexts, the crossed interval still sees it.
+    varied = crossed_clustered_mean([float(i % 2) for i in range(40)], contexts, raters, resamples=500)
+    assert varied["ci_low"] < 0.4 and varied["ci_high"] > 0.6
+
+
+def test_the_crossed_bootstrap_skips_a_resample_that_keeps_no_item_and_checks_its_labels():
+    # A sparse design: each rater rated one context only, so drawing ann's context with bo's rater keeps nothing.
+    result = crossed_clustered_mean([1.0, 0.0], ["c1", "c2"], ["ann", "bo"], resamples=400)
+    assert result["empty_resamples"] > 0 and 0 <= result["ci_low"] <= result["ci_high"] <= 1
+    with pytest.raises(ValueError, match="2 values but 1 row and 2 column labels"):
+        crossed_clustered_mean([1.0, 0.0], ["c1"], ["ann", "bo"])
+    assert crossed_clustered_mean([], [], [])["value"] is None

@@ -78,7 +78,10 @@ async function load(id) {
 }
 
 async function start() {
-  items = (await (await fetch("/api/items")).json()).items;
+  const listed = await (await fetch("/api/items")).json();
+  items = listed.items;
+  // A rater's own sheet (its sides and order are theirs) is served to that rater only.
+  if (listed.rater) { $("rater").value = listed.rater; $("rater").readOnly = true; }
   document.querySelectorAll("[data-choice]").forEach((button) => {
     button.addEventListener("click", () => choose(button.dataset.choice));
   });
@@ -96,7 +99,7 @@ async function start() {
     else return;
     event.preventDefault();
   });
-  const known = localStorage.getItem("mascot-rater");
+  const known = listed.rater || localStorage.getItem("mascot-rater");
   if (known) { $("rater").value = known; await load(known); } else { show(0); }
 }
 
