@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -89,3 +90,15 @@ class JudgeConfig(Section):
     @property
     def label(self) -> str:
         return self.name or (self.backend.model if self.backend else self.kind)
+
+    @property
+    def model_identity(self) -> str:
+        """Which model judges, whatever the judge is called: the heuristic, or the model's own name (lowercased,
+        without a hub organisation or folder, so `google/gemma-3-27b-it` and `gemma-3-27b-it` are one model)
+        and its adapter. The backend kind and base URL are left out on purpose: the same weights behind another
+        server or client are the same judge, and a judge renamed or moved must not pass as an independent one."""
+        if self.backend is None:
+            return self.kind
+        model = self.backend.model.rstrip("/").rsplit("/", 1)[-1].lower()
+        adapter = self.backend.adapter
+        return model if adapter is None else f"{model}+{Path(adapter).resolve().name}"

@@ -97,11 +97,15 @@ def preamble(summary: dict[str, Any]) -> list[str]:
                  f"({', '.join(map(str, summary['seeds']))}). Contexts: "
                  + ", ".join(f"{n} {name}" for name, n in summary["contexts"].items())
                  + "; none was read by any training step.")
-    shared = judges["shared_with_training"]
+    shared = judges.get("shared_models") or [{"judge": label, "model": label, "roles": [], "training": []}
+                                             for label in judges["shared_with_training"]]
     if shared:
-        lines.append(f"**These evaluation judges also labelled the training data: {', '.join(shared)}.** A policy "
-                     "trained on a judge's preferences is scored by that judge here, so MASCOT's differences can "
-                     "overstate what an independent judge would find.")
+        named = "; ".join(f"{e['judge']} (model {e['model']}" + (f", {' and '.join(e['roles'])}" if e["roles"] else "")
+                          + (f"; in training as {', '.join(e['training'])}" if e["training"] else "") + ")"
+                          for e in shared)
+        lines.append(f"**These evaluation judges are models that also labelled the training data: {named}.** A "
+                     "policy trained on a judge's preferences is scored by that judge here, so MASCOT's differences "
+                     "can overstate what an independent judge would find.")
     if judges["heuristic_only"]:
         lines.append("**The judges are the offline heuristic judges, not LLMs: these numbers check that the pipeline "
                      "runs and measures, and are not research claims about MASCOT.**")
@@ -236,15 +240,26 @@ def _split_cell(bucket: dict[str, Any], level: str, system: str) -> str:
 
 
 def judges_of(config) -> dict[str, Any]:
-    """The evaluation's panels by label, which of them also judged training data (the same label, so the
-    same model or the heuristic, in stage1.judges or stage2.judges), and whether all are heuristic."""
+    """The evaluation's panels by label, which of them is a model that also judged training data, and whether all
+    are heuristic. Sharing is by the model that judges (`JudgeConfig.model_identity`), never by the label: a
+    training judge renamed, or served from another address, is still the same judge."""
     evaluation = config.eval
-    judges = [*evaluation.judges, *evaluation.group_judges, evaluation.pairwise]
-    training = {judge.label for judge in [*config.stage1.judges, *config.stage2.judges]}
+    roles = [*(("persona", j) for j in evaluation.judges), *(("collective", j) for j in evaluation.group_judges),
+             ("pairwise", evaluation.pairwise)]
+    training: dict[str, list[str]] = {}
+    for stage, judges in (("stage1", config.stage1.judges), ("stage2", config.stage2.judges)):
+        for judge in judges:
+            training.setdefault(judge.model_identity, []).append(f"{stage} '{judge.label}'")
+    shared: dict[str, dict[str, Any]] = {}
+    for role, judge in roles:
+        if judge.model_identity in training:
+            entry = shared.setdefault(judge.label, {"judge": judge.label, "model": judge.model_identity, "roles": [],
+                                                    "training": sorted(set(training[judge.model_identity]))})
+            entry["roles"].append(role)
     return {"persona": [j.label for j in evaluation.judges], "collective": [j.label for j in evaluation.group_judges],
-            "pairwise": evaluation.pairwise.label,
-            "shared_with_training": sorted({j.label for j in judges if j.label in training}),
-            "heuristic_only": all(j.kind == "heuristic" for j in judges)}
+            "pairwise": evaluation.pairwise.label, "shared_with_training": sorted(shared),
+            "shared_models": [shared[label] for label in sorted(shared)],
+            "heuristic_only": all(j.kind == "heuristic" for _, j in roles)}
 
 
 def _share(share: dict[str, Any]) -> str:
