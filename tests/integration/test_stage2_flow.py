@@ -180,7 +180,11 @@ def evaluation_report_is_complete(folder: Path, systems: list[str]) -> None:
     report = (folder / "report.md").read_text()
     first = report.split("## Systems")[0]
     assert "sim-eval-judge (persona level)" in first and "Seeds: 1 (0)" in first
-    assert "also labelled the training data" not in first  # the evaluation's judges are its own
+    # The evaluation's panels are named apart from the training judges, but they are the same model (sim-chat):
+    # sharing is by the model, so the report says so; the pairwise judge (heuristic) is not shared.
+    assert ("also labelled the training data: sim-eval-group-judge (model sim-chat, collective; in training as "
+            "stage1 'sim-judge', stage2 'sim-group-judge'); sim-eval-judge (model sim-chat, persona; in training as "
+            "stage1 'sim-judge', stage2 'sim-group-judge')") in " ".join(first.split())
     scores = report.split("## Head-to-head preference")[0]
     rows = [line for line in scores.splitlines() if line.startswith("| ") and not line.startswith("| system |")
             and not line.startswith("| MASCOT − baseline") and "---" not in line]
