@@ -43,8 +43,9 @@ class DataConfig(Section):
     corpus: CorpusConfig = Field(description="Training contexts.")
     held_out: list[CorpusConfig] = Field(default_factory=list, description="Evaluation-only corpora.")
     held_out_fraction: float = Field(
-        default=0.2, gt=0, lt=1, description="Share of the training corpus's contexts kept out of all training, "
-        "for evaluating the trained models (the `held_out` column of contexts.parquet).",
+        default=0.2, gt=0, lt=1, description="Share of the training corpus's clusters (a QMSum meeting, else one "
+        "context) kept out of all training with all their contexts, for evaluating the trained models (the "
+        "`held_out` and `cluster` columns of contexts.parquet).",
     )
 
     @model_validator(mode="after")

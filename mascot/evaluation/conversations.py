@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 from mascot.artifacts import Artifact, write_parquet
 from mascot.config import DataConfig
 from mascot.data import load_corpus
-from mascot.data.contexts import read_contexts
+from mascot.data.contexts import context_cluster, read_contexts
 from mascot.dialogue.episodes import Episode, choose_profile, play, row_turn, turn_row
 from mascot.dialogue.turns import Turn, opening_turns
 from mascot.evaluation.systems import AssistantReplies, SystemSetup
@@ -42,8 +42,13 @@ CONVERSATION_SCHEMA = {
 
 def write_eval_contexts(data: DataConfig, stage1_contexts: Artifact, seed: int, out_of_domain: bool,
                         out: Path) -> Artifact:
-    """Stage 1's held-out contexts, then (with `out_of_domain`) every context of data.held_out's corpora."""
-    frame = stage1_contexts.read_parquet().filter(pl.col("held_out")).drop("held_out")
+    """Stage 1's held-out contexts, then (with `out_of_domain`) every context of data.held_out's corpora, each
+    with its `cluster` (the unit of independence: a meeting, or the conversation itself) and the number of
+    training contexts in that cluster, which must be 0: an evaluation context whose meeting also gave a
+    training context is refused (ValueError), since its participants, queries and text were trained on."""
+    stage1 = with_clusters(stage1_contexts.read_parquet())
+    training = stage1.filter(~pl.col("held_out"))
+    frame = stage1.filter(pl.col("held_out")).drop("held_out")
     frame = frame.with_columns(eval_set=pl.lit("held_out"), out_of_domain=pl.lit(False))
     frames = [frame]
     for corpus in data.held_out if out_of_domain else []:
@@ -54,6 +59,7 @@ def write_eval_contexts(data: DataConfig, stage1_contexts: Artifact, seed: int, 
             "valence": [c.valence for c in contexts], "meeting_type": [c.meeting_type for c in contexts],
             "history": [[m.model_dump() for m in c.history] for c in contexts],
             "metadata": [json.dumps(c.metadata, sort_keys=True, default=str) for c in contexts],
+            "cluster": [context_cluster(c) for c in contexts],
             "eval_set": f"{corpus.source}:{corpus.split}", "out_of_domain": corpus.source != data.corpus.source,
         }, schema=frame.schema))
     merged = pl.concat(frames)
@@ -61,7 +67,37 @@ def write_eval_contexts(data: DataConfig, stage1_contexts: Artifact, seed: int, 
     if repeated:
         raise ValueError(f"evaluation contexts repeat across sets (ids {repeated[:3]}): a held-out corpus overlaps "
                          "the training corpus's held-out contexts")
-    return write_parquet(merged, out)
+    in_training = training.group_by("cluster").agg(pl.col("context_id").sort().alias("training_ids"))
+    merged = merged.join(in_training, on="cluster", how="left").with_columns(
+        training_contexts_in_cluster=pl.col("training_ids").list.len().fill_null(0).cast(pl.Int64))
+    leaked = merged.filter(pl.col("training_contexts_in_cluster") > 0)
+    if not leaked.is_empty():
+        first = leaked.row(0, named=True)
+        raise ValueError(
+            f"{leaked.height} evaluation context(s) share their cluster (meeting or conversation) with training "
+            f"contexts, so a training step read their participants, queries and text: {first['context_id']} "
+            f"({first['eval_set']}) is in cluster {first['cluster']} with training context(s) "
+            f"{', '.join(first['training_ids'][:3])}. Held-out corpora must not hold a meeting of the training "
+            "corpus; Stage 1's split holds meetings out whole (run stage1 again if its contexts.parquet predates it)")
+    return write_parquet(merged.drop("training_ids"), out)
+
+
+def with_clusters(frame: pl.DataFrame) -> pl.DataFrame:
+    """contexts.parquet with its `cluster` column; one written before the column existed gets it from each
+    context's source and metadata, as `context_cluster` gives it."""
+    if "cluster" in frame.columns:
+        return frame
+    clusters = [context_cluster(context) for context in contexts_of(frame)]
+    return frame.with_columns(cluster=pl.Series(clusters, dtype=pl.String))
+
+
+def contexts_of(frame: pl.DataFrame):
+    from mascot.data.context import Context
+
+    for row in frame.iter_rows(named=True):
+        yield Context(id=row["context_id"], domain=row["domain"], source=row["source"], split=row["split"],
+                      history=[{k: v for k, v in m.items() if v is not None} for m in row["history"]],
+                      metadata=json.loads(row["metadata"]))
 
 
 class ConversationJob(BaseModel):

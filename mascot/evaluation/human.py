@@ -486,10 +486,13 @@ def judge_outcomes(preferences: pl.DataFrame | None) -> dict[tuple[str, str, int
 
 
 def human_results(ratings: list[Rating], key: HumanKey, confidence: float = 0.95, resamples: int = 2000,
-                  seed: int = 0, preferences: pl.DataFrame | None = None) -> list[dict]:
+                  seed: int = 0, preferences: pl.DataFrame | None = None,
+                  clusters: dict[str, str] | None = None) -> list[dict]:
     """Per baseline: raters, ratings, MASCOT's wins, ties and losses and win rate (ties count half; every rating
-    counts, the interval resamples contexts and raters crossed), the raters' agreement, the share of decisive
-    choices that picked side A, and the share of ratings that agree with the pairwise judge."""
+    counts, the interval resamples clusters of contexts, a meeting say, and raters crossed), the raters'
+    agreement, the share of decisive choices that picked side A, and the share of ratings that agree with the
+    pairwise judge."""
+    cluster = clusters or {}
     by_baseline: dict[str, list[Rating]] = defaultdict(list)
     for rating in ratings:
         by_baseline[key.items[rating.item_id].baseline].append(rating)
@@ -500,24 +503,32 @@ def human_results(ratings: list[Rating], key: HumanKey, confidence: float = 0.95
         rated = by_baseline[baseline]
         items = [key.items[r.item_id] for r in rated]
         outcomes = [outcome(r, item) for r, item in zip(rated, items, strict=True)]
-        contexts, raters = [item.context_id for item in items], [r.rater for r in rated]
+        contexts, raters = [cluster.get(item.context_id, item.context_id) for item in items], [r.rater for r in rated]
         per_rater: dict[str, dict[tuple, float]] = defaultdict(dict)
         for rating, item, value in zip(rated, items, outcomes, strict=True):
             per_rater[rating.rater][item.comparison] = value
         decisive = [(float(r.choice == "A"), c, who) for r, c, who in zip(rated, contexts, raters, strict=True)
                     if r.choice != "tie"]
-        with_judge = [(float(value == judged[item.comparison]), item.context_id, r.rater)
+        with_judge = [(float(value == judged[item.comparison]), cluster.get(item.context_id, item.context_id), r.rater)
                       for r, item, value in zip(rated, items, outcomes, strict=True) if item.comparison in judged]
+        contexts_rated = len({item.context_id for item in items})
         results.append({"baseline": baseline, "raters": len(per_rater), "ratings": len(rated),
                         "items": len({item.comparison for item in items}), "items_in_sheet": in_sheet[baseline],
                         "seeds": len({item.seed for item in items}),
                         **win_rate(outcomes, contexts, confidence, resamples, seed, raters=raters),
+                        "clusters": len(set(contexts)), "contexts": contexts_rated,
                         "agreement": rater_agreement(per_rater),
                         "side_a_share": crossed_share(*map(list, zip(*decisive, strict=True)), confidence, resamples,
                                                       seed) if decisive else None,
                         "judge_agreement": crossed_share(*map(list, zip(*with_judge, strict=True)), confidence,
                                                          resamples, seed) if with_judge else None})
     return results
+
+
+def context_clusters(run: RunDir) -> dict[str, str]:
+    """Each evaluation context's cluster (its meeting, say), where eval/contexts.parquet records them."""
+    frame = evaluation_artifact(run, "eval/contexts").read_parquet()
+    return dict(frame.select("context_id", "cluster").iter_rows()) if "cluster" in frame.columns else {}
 
 
 def recorded_preferences(run: RunDir) -> pl.DataFrame | None:
@@ -545,6 +556,6 @@ def import_ratings(run_dir: Path, paths: list[Path], key_path: Path, out: Path, 
                "judge_agreement": "the share of ratings whose outcome equals the pairwise judge's for the same "
                                   "comparison",
                "results": human_results(ratings, key, confidence, resamples, seed=key.seed,
-                                        preferences=recorded_preferences(run))}
+                                        preferences=recorded_preferences(run), clusters=context_clusters(run))}
     write_json(summary, out)
     return summary

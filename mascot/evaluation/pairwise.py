@@ -176,11 +176,13 @@ def judge_preferences(job: PairwiseJob, conversations: Artifact, out: Path) -> A
 
 
 def preference_results(preferences: pl.DataFrame, confidence: float = 0.95, resamples: int = 2000,
-                       seed: int = 0) -> list[dict]:
+                       seed: int = 0, clusters: dict[str, str] | None = None) -> list[dict]:
     """Per baseline: wins, ties and losses of MASCOT, its win rate with an interval over contexts, the
     position-consistency rate, the share of the judge's decisive verdicts (A or B) on the judged pairs that
     picked A (its position bias, 0.5 without one; both orders count), and the pairs left out because an
-    order's judgment failed."""
+    order's judgment failed. Intervals resample `clusters` (context id -> its meeting, say; by default each
+    context is its own)."""
+    cluster = (clusters or {}).get
     results = []
     for (baseline,), rows in preferences.group_by("baseline", maintain_order=True):
         wide = rows.pivot(on="order", index=["context_id", "seed"], values="mascot")
@@ -191,12 +193,14 @@ def preference_results(preferences: pl.DataFrame, confidence: float = 0.95, resa
         decisive = rows.join(judged.select("context_id", "seed"), on=["context_id", "seed"]).filter(
             pl.col("winner").is_in(["A", "B"]))
         side_a = clustered_mean((decisive["winner"] == "A").cast(pl.Float64).to_list(),
-                                decisive["context_id"].to_list(), confidence, resamples, seed)
+                                [cluster(c, c) for c in decisive["context_id"]], confidence, resamples, seed)
         results.append({"baseline": baseline, "failed_pairs": wide.height - judged.height,
                         "seeds": judged["seed"].n_unique(),
                         "position_consistency": consistent / judged.height if judged.height else None,
                         "side_a_share": {"share": side_a["value"], "n": side_a["n"], "ci_low": side_a["ci_low"],
                                          "ci_high": side_a["ci_high"], "confidence": confidence,
                                          "interval": "percentile bootstrap over contexts"},
-                        **win_rate(outcomes, judged["context_id"].to_list(), confidence, resamples, seed)})
+                        **win_rate(outcomes, [cluster(c, c) for c in judged["context_id"]], confidence, resamples,
+                                   seed),
+                        "contexts": judged["context_id"].n_unique()})
     return results

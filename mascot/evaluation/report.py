@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from mascot.artifacts import Artifact, write_json, write_text
 from mascot.evaluation.pairwise import preference_results
 from mascot.evaluation.plots import ablation_plot, system_dot_plot
-from mascot.evaluation.results import MIN_SPLIT_CONTEXTS, build_summary
+from mascot.evaluation.results import MIN_SPLIT_CONTEXTS, build_summary, with_cluster
 from mascot.evaluation.scoring import AUTOMATIC
 from mascot.evaluation.systems import SYSTEMS
 from mascot.tracking import log_metrics
@@ -47,8 +47,9 @@ def write_report(spec: ReportSpec, contexts: Artifact, scores: Artifact, convers
     summary = build_summary(spec.run, spec.systems, spec.seeds, spec.judges, contexts.read_parquet(),
                             scores.read_parquet(), conversations.read_parquet(), spec.confidence,
                             spec.resamples, spec.seed)
+    clusters = dict(with_cluster(contexts.read_parquet()).select("context_id", "cluster").iter_rows())
     summary["preferences"] = preference_results(preferences.read_parquet(), spec.confidence, spec.resamples,
-                                                spec.seed)
+                                                spec.seed, clusters)
     figures = write_figures(summary, out)
     written = {"eval/summary": write_json(summary, out / "summary.json"), **figures,
                "eval/report": write_text(report_markdown(summary, [a.path.name for a in figures.values()]),
@@ -95,8 +96,8 @@ def preamble(summary: dict[str, Any]) -> list[str]:
     lines.append(f"Judges: {', '.join(judges['persona'])} (persona level), {', '.join(judges['collective'])} "
                  f"(collective), {judges['pairwise']} (pairwise). Seeds: {len(summary['seeds'])} "
                  f"({', '.join(map(str, summary['seeds']))}). Contexts: "
-                 + ", ".join(f"{n} {name}" for name, n in summary["contexts"].items())
-                 + "; none was read by any training step.")
+                 + ", ".join(f"{n} {name}" for name, n in summary["contexts"].items()) + ".")
+    lines.append(independence_line(summary.get("independence") or {}))
     shared = judges.get("shared_models") or [{"judge": label, "model": label, "roles": [], "training": []}
                                              for label in judges["shared_with_training"]]
     if shared:
@@ -112,14 +113,29 @@ def preamble(summary: dict[str, Any]) -> list[str]:
     lines.append("Judge scores are on 0–100 by the linear map 100 × (score − min) / (max − min) of the rubric's "
                  "scale (1 → 0, 3 → 50, 5 → 100 on 1–5). A conversation's score is the mean over its companion "
                  "turns (persona level) and over the panel's judges. Cells are mean ± sd over conversations "
-                 f"[{summary['confidence']:.0%} percentile bootstrap interval over contexts, the unit of "
-                 "independence].")
+                 f"[{summary['confidence']:.0%} percentile bootstrap interval over clusters, the unit of "
+                 "independence: a meeting for QMSum, whose windows share participants and queries, otherwise the "
+                 "context]; comparisons pair the systems cluster by cluster.")
     cot = summary["reasoning"]
     if cot["turns"]:
         lines.append(f"CoT systems: the reply is the text after the last `{cot['marker']}`; the reasoning before it "
                      f"is never judged. {cot['unmarked']} of {cot['turns']} CoT turns had no marker and were kept "
                      "whole.")
     return lines
+
+
+def independence_line(independence: dict[str, Any]) -> str:
+    """What eval/contexts.parquet counted about the evaluation contexts and training, and nothing it did not."""
+    sets = ", ".join(f"{name}: {e['contexts']} contexts in {e['clusters']} clusters" for name, e in independence.items())
+    counts = [e["sharing_training_cluster"] for e in independence.values()]
+    if not independence or None in counts:
+        return (f"Clusters ({sets or 'not recorded'}). Whether an evaluation context shares a meeting or conversation "
+                "with a training context was not counted for this run (its eval/contexts.parquet predates the "
+                "count), so no such claim is made.")
+    shared = sum(counts)
+    verdict = ("none shares a cluster (a meeting or a conversation) with any context a training step read"
+               if shared == 0 else f"**{shared} share a cluster with contexts a training step read**")
+    return f"Clusters ({sets}); counted in eval/contexts.parquet, {verdict}."
 
 
 def _digits(entry: dict[str, Any]) -> int:

@@ -40,7 +40,8 @@ def panel_scores(scores: pl.DataFrame) -> pl.DataFrame:
 def evaluation_results(scores: pl.DataFrame, contexts: pl.DataFrame, systems: list[str], confidence: float = 0.95,
                        resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
     """Every system's summaries and MASCOT's comparisons, for each evaluation set and for all of them."""
-    merged = panel_scores(scores).join(contexts.select("context_id", "eval_set"), on="context_id", how="left")
+    merged = panel_scores(scores).join(with_cluster(contexts).select("context_id", "eval_set", "cluster"),
+                                       on="context_id", how="left")
     sets = {"all": merged, **{name: rows for (name,), rows in merged.group_by("eval_set", maintain_order=True)}}
     return {name: _set_results(rows, systems, confidence, resamples, seed) for name, rows in sets.items()}
 
@@ -50,8 +51,8 @@ def split_results(scores: pl.DataFrame, contexts: pl.DataFrame, systems: list[st
     """The same results within each evaluation set by valence and by meeting domain, where a set has at
     least two values of the column: `{set: {column: {value: results}}}`. A value with fewer than
     MIN_SPLIT_CONTEXTS contexts is listed with its count and no results (`None`)."""
-    merged = panel_scores(scores).join(contexts.select("context_id", "eval_set", *SPLITS), on="context_id",
-                                       how="left")
+    merged = panel_scores(scores).join(with_cluster(contexts).select("context_id", "eval_set", "cluster", *SPLITS),
+                                       on="context_id", how="left")
     splits: dict[str, Any] = {}
     for (name,), rows in merged.group_by("eval_set", maintain_order=True):
         for column in SPLITS:
@@ -61,31 +62,44 @@ def split_results(scores: pl.DataFrame, contexts: pl.DataFrame, systems: list[st
             buckets = {}
             for value in values:
                 bucket = rows.filter(pl.col(column) == value)
-                count = bucket["context_id"].n_unique()
-                buckets[value] = {"contexts": count, "results": _set_results(bucket, systems, confidence, resamples,
-                                                                             seed) if count >= MIN_SPLIT_CONTEXTS else None}
+                count, units = bucket["context_id"].n_unique(), bucket["cluster"].n_unique()
+                buckets[value] = {"contexts": count, "clusters": units,
+                                  "results": _set_results(bucket, systems, confidence, resamples, seed)
+                                  if units >= MIN_SPLIT_CONTEXTS else None}
             splits.setdefault(name, {})[column] = buckets
     return splits
 
 
+def with_cluster(contexts: pl.DataFrame) -> pl.DataFrame:
+    """eval/contexts.parquet with its `cluster` column (each context its own where an older file has none)."""
+    return contexts if "cluster" in contexts.columns else contexts.with_columns(cluster=pl.col("context_id"))
+
+
 def _set_results(rows: pl.DataFrame, systems: list[str], confidence: float, resamples: int, seed: int) -> dict:
+    """Summaries and comparisons whose unit of independence is the cluster (a meeting; else the context): intervals
+    resample clusters, and comparisons pair two systems cluster by cluster."""
     summaries, comparisons = [], []
     for (level, metric), metric_rows in rows.group_by("level", "metric", maintain_order=True):
-        per_system = {}
+        per_system, contexts_in = {}, {}
         for system in systems:
             own = metric_rows.filter(pl.col("system") == system)
             if own.is_empty():
                 continue
-            values, contexts = own["value"].to_list(), own["context_id"].to_list()
+            values, contexts, clusters = own["value"].to_list(), own["context_id"].to_list(), own["cluster"].to_list()
             summaries.append({"level": level, "metric": metric, "system": system,
-                              **summarise(values, contexts, own["seed"].to_list(), confidence, resamples, seed)})
-            per_system[system] = per_context_means(values, contexts)
+                              **summarise(values, contexts, own["seed"].to_list(), confidence, resamples, seed,
+                                          clusters=clusters)})
+            per_system[system] = per_context_means(values, clusters)
+            contexts_in[system] = {(u, c) for v, c, u in zip(values, contexts, clusters, strict=True) if v is not None}
         seeds = metric_rows["seed"].n_unique()
         for baseline in systems:
             if baseline != REFERENCE and REFERENCE in per_system and baseline in per_system:
+                paired = paired_comparison(per_system[REFERENCE], per_system[baseline], confidence, resamples, seed)
+                units = per_system[REFERENCE].keys() & per_system[baseline].keys()
+                played = {c for u, c in contexts_in[REFERENCE] | contexts_in[baseline] if u in units}
                 comparisons.append({"level": level, "metric": metric, "system": REFERENCE, "baseline": baseline,
-                                    "seeds": seeds, **paired_comparison(per_system[REFERENCE], per_system[baseline],
-                                                                        confidence, resamples, seed)})
+                                    "seeds": seeds, **paired, "clusters": paired["contexts"],
+                                    "contexts": len(played)})
     # Holm across the metrics of one comparison (MASCOT against one baseline, at one level).
     for baseline in {c["baseline"] for c in comparisons}:
         for level in {c["level"] for c in comparisons}:
@@ -123,6 +137,19 @@ def reasoning_counts(conversations: pl.DataFrame) -> dict[str, int]:
     return {"turns": marked.len(), "unmarked": int((~marked).sum())}
 
 
+def independence(contexts: pl.DataFrame) -> dict[str, Any]:
+    """Per evaluation set: its contexts, its clusters (units of independence), and how many of its contexts share a
+    cluster with a training context, as eval/contexts.parquet counted them (None where the file predates the
+    count, so nothing may be claimed)."""
+    counted = "training_contexts_in_cluster" in contexts.columns
+    result = {}
+    for (name,), rows in with_cluster(contexts).group_by("eval_set", maintain_order=True):
+        result[name] = {"contexts": rows.height, "clusters": rows["cluster"].n_unique(),
+                        "sharing_training_cluster": int((rows["training_contexts_in_cluster"] > 0).sum())
+                        if counted else None}
+    return result
+
+
 def build_summary(run: str, systems: list[str], seeds: list[int], judges: dict[str, Any], contexts: pl.DataFrame,
                   scores: pl.DataFrame, conversations: pl.DataFrame,
                   confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
@@ -131,6 +158,7 @@ def build_summary(run: str, systems: list[str], seeds: list[int], judges: dict[s
 
     return {"run": run, "systems": systems, "descriptions": {name: SYSTEMS[name].description for name in systems}, "seeds": seeds, "judges": judges,
             "contexts": dict(contexts.group_by("eval_set", maintain_order=True).len().iter_rows()),
+            "independence": independence(contexts),
             "confidence": confidence, "metrics": metric_names(scores),
             "reasoning": {"marker": REPLY_MARKER, **reasoning_counts(conversations)},
             "results": evaluation_results(scores, contexts, systems, confidence, resamples, seed),

@@ -28,29 +28,34 @@ def per_context_means(values: Sequence[float | None], contexts: Sequence[str]) -
 
 
 def summarise(values: Sequence[float | None], contexts: Sequence[str], seeds: Sequence[int],
-              confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> dict:
-    """One system's metric: mean ± sd over items, n items, contexts and seeds, and a bootstrap
-    interval of the mean that resamples contexts. Items with no value (None) are counted apart."""
-    kept = [(float(v), c, s) for v, c, s in zip(values, contexts, seeds, strict=True) if v is not None]
-    result = clustered_mean([v for v, _, _ in kept], [c for _, c, _ in kept], confidence, resamples, seed)
-    array = np.asarray([v for v, _, _ in kept])
+              confidence: float = 0.95, resamples: int = 2000, seed: int = 0,
+              clusters: Sequence[str] | None = None) -> dict:
+    """One system's metric: mean ± sd over items, n items, contexts, clusters and seeds, and a bootstrap
+    interval of the mean that resamples clusters (each item's unit of independence, a meeting say; by
+    default its context). Items with no value (None) are counted apart."""
+    clusters = contexts if clusters is None else clusters
+    kept = [(float(v), c, s, u) for v, c, s, u in zip(values, contexts, seeds, clusters, strict=True) if v is not None]
+    result = clustered_mean([v for v, _, _, _ in kept], [u for _, _, _, u in kept], confidence, resamples, seed)
+    array = np.asarray([v for v, _, _, _ in kept])
     return {"mean": result["value"], "sd": float(array.std(ddof=1)) if array.size > 1 else None,
-            "n": result["n"], "contexts": result["clusters"], "seeds": len({s for _, _, s in kept}),
-            "undefined": len(values) - len(kept), "ci_low": result["ci_low"], "ci_high": result["ci_high"],
-            "confidence": confidence, "interval": "percentile bootstrap over contexts"}
+            "n": result["n"], "contexts": len({c for _, c, _, _ in kept}), "clusters": result["clusters"],
+            "seeds": len({s for _, _, s, _ in kept}), "undefined": len(values) - len(kept),
+            "ci_low": result["ci_low"], "ci_high": result["ci_high"], "confidence": confidence,
+            "interval": "percentile bootstrap over clusters"}
 
 
 def paired_comparison(system: dict[str, float], baseline: dict[str, float], confidence: float = 0.95,
                       resamples: int = 2000, seed: int = 0) -> dict:
-    """system - baseline over the contexts both have (per-context means): the mean difference, its
-    sd, a percentile bootstrap interval over contexts and Wilcoxon's signed-rank p-value."""
+    """system - baseline over the units both have (per-unit means, a unit being a cluster of contexts: a
+    meeting, or a context): the mean difference, its sd, a percentile bootstrap interval over units and
+    Wilcoxon's signed-rank p-value. `contexts` counts the units (the caller names them)."""
     shared = sorted(system.keys() & baseline.keys())
     differences = [system[c] - baseline[c] for c in shared]
     interval = clustered_mean(differences, shared, confidence, resamples, seed)
     result = {"mean": interval["value"], "sd": float(np.std(differences, ddof=1)) if len(shared) > 1 else None,
               "contexts": len(shared), "ci_low": interval["ci_low"], "ci_high": interval["ci_high"],
-              "confidence": confidence, "interval": "percentile bootstrap over contexts",
-              "test": "Wilcoxon signed-rank over per-context differences", "p": None}
+              "confidence": confidence, "interval": "percentile bootstrap over clusters",
+              "test": "Wilcoxon signed-rank over per-cluster differences", "p": None}
     if any(differences):
         from scipy.stats import wilcoxon
 

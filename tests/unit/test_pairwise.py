@@ -59,6 +59,11 @@ def test_outcomes_and_position_consistency_by_hand():
     # verdicts picked A. The failed pair's one verdict (A) is left out with its pair.
     side_a = result["side_a_share"]
     assert (side_a["share"], side_a["n"]) == (pytest.approx(4 / 6), 6) and side_a["ci_low"] <= 4 / 6 <= side_a["ci_high"]
+    # Two meetings (a, b in one; c, d in the other): the interval resamples meetings, whose win rates are 0.75
+    # and 0.25, so its ends are 0.25 and 0.75.
+    [clustered] = preference_results(frame, resamples=400, clusters={"a": "m1", "b": "m1", "c": "m2", "d": "m2"})
+    assert (clustered["win_rate"], clustered["contexts"]) == (pytest.approx(0.5), 4)
+    assert (clustered["ci_low"], clustered["ci_high"]) == (0.25, 0.75)
 
 
 def test_the_heuristic_pairwise_judge_cannot_favour_a_position():
