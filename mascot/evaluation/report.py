@@ -160,6 +160,13 @@ def _difference(entry: dict[str, Any]) -> str:
     return f"{entry['mean']:+.{d}f} [{entry['ci_low']:+.{d}f}, {entry['ci_high']:+.{d}f}]{p}"
 
 
+def unpaired_note(results: dict[str, Any], level: str) -> str:
+    """The conversations left out of this level's comparisons for want of a partner (a failed or undefined
+    conversation on the other side), when there were any."""
+    left = sum(c.get("unpaired", 0) for c in results["comparisons"] if c["level"] == level)
+    return f" {left} conversation score(s) without a partner on the other side were left out." if left else ""
+
+
 def ordered_metrics(metrics: list[str]) -> list[str]:
     """Headline criteria first, overall last."""
     head = [m for m in HEADLINE if m in metrics]
@@ -207,8 +214,11 @@ def report_markdown(summary: dict[str, Any], figures: list[str] = ()) -> str:
             metrics = ordered_metrics(metrics)
             lines += [f"### {LEVEL_TITLES[level]}", "", *system_table(results, level, metrics, systems), ""]
             lines += [(f"MASCOT against each baseline ({LEVEL_TITLES[level].split(' (')[0].lower()}): the paired "
-                       "difference over the contexts both played [interval over contexts], Wilcoxon's signed-rank "
-                       "p, Holm-adjusted across this table's metrics."), "",
+                       "difference over the (context, seed) pairs both have a value for, averaged per cluster "
+                       "[interval over clusters], a paired sign-flip permutation p on the mean difference, "
+                       f"Holm-adjusted across all {summary.get('holm_family', '?')} comparisons of this report "
+                       "(every set, level, metric, baseline and split bucket: one family)."
+                       + unpaired_note(results, level)), "",
                       *comparison_table(results, level, metrics, systems), ""]
     lines += preference_markdown(summary)
     agreement = summary["agreement"]

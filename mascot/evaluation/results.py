@@ -2,11 +2,13 @@
 each other system, on each evaluation set.
 
 A conversation's score on a judged metric is the mean over the panel's judges that scored it (their
-agreement is reported beside). Every summary resamples contexts (`mascot.evaluation.statistics`):
-per system, mean ± sd over conversations, n conversations, contexts and seeds, and an interval;
-per comparison, the baseline it is against, the paired difference over the contexts both systems
-played, its interval, Wilcoxon's p and the Holm-adjusted p across the comparison's metrics. No
-difference is reported without its baseline.
+agreement is reported beside). Every summary resamples clusters (`mascot.evaluation.statistics`):
+per system, mean ± sd over conversations, n conversations, contexts, clusters and seeds, and an
+interval; per comparison, the baseline it is against, the paired difference over the (context, seed)
+pairs both systems have a value for (a conversation without its partner is left out and counted),
+its interval, a sign-flip permutation p, and Holm's adjustment across every comparison of the report
+(each evaluation set, level, metric, baseline and split: one family). No difference is reported
+without its baseline.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ def _set_results(rows: pl.DataFrame, systems: list[str], confidence: float, resa
     resample clusters, and comparisons pair two systems cluster by cluster."""
     summaries, comparisons = [], []
     for (level, metric), metric_rows in rows.group_by("level", "metric", maintain_order=True):
-        per_system, contexts_in = {}, {}
+        per_system = {}
         for system in systems:
             own = metric_rows.filter(pl.col("system") == system)
             if own.is_empty():
@@ -90,24 +92,40 @@ def _set_results(rows: pl.DataFrame, systems: list[str], confidence: float, resa
                               **summarise(values, contexts, own["seed"].to_list(), confidence, resamples, seed,
                                           clusters=clusters)})
             per_system[system] = per_context_means(values, clusters)
-            contexts_in[system] = {(u, c) for v, c, u in zip(values, contexts, clusters, strict=True) if v is not None}
-        seeds = metric_rows["seed"].n_unique()
         for baseline in systems:
             if baseline != REFERENCE and REFERENCE in per_system and baseline in per_system:
-                paired = paired_comparison(per_system[REFERENCE], per_system[baseline], confidence, resamples, seed)
-                units = per_system[REFERENCE].keys() & per_system[baseline].keys()
-                played = {c for u, c in contexts_in[REFERENCE] | contexts_in[baseline] if u in units}
                 comparisons.append({"level": level, "metric": metric, "system": REFERENCE, "baseline": baseline,
-                                    "seeds": seeds, **paired, "clusters": paired["contexts"],
-                                    "contexts": len(played)})
-    # Holm across the metrics of one comparison (MASCOT against one baseline, at one level).
-    for baseline in {c["baseline"] for c in comparisons}:
-        for level in {c["level"] for c in comparisons}:
-            group = [c for c in comparisons if c["baseline"] == baseline and c["level"] == level]
-            for comparison, adjusted in zip(group, holm([c["p"] for c in group]), strict=True):
-                comparison["p_holm"] = adjusted
-                comparison["holm_family"] = f"{level} metrics of mascot vs {baseline} ({len(group)})"
+                                    **paired_rows(metric_rows, baseline, confidence, resamples, seed)})
     return {"summaries": summaries, "comparisons": comparisons}
+
+
+def paired_rows(metric_rows: pl.DataFrame, baseline: str, confidence: float, resamples: int, seed: int) -> dict:
+    """MASCOT against `baseline` on the (context, seed) pairs where both have a value (a failed or undefined
+    conversation on either side drops its pair, counted as `unpaired`), averaged per cluster and compared."""
+    keys = ["context_id", "seed", "cluster"]
+    sides = [metric_rows.filter((pl.col("system") == name) & pl.col("value").is_not_null()).select(*keys, "value")
+             for name in (REFERENCE, baseline)]
+    paired = sides[0].join(sides[1], on=keys, suffix="_baseline")
+    clusters = paired["cluster"].to_list()
+    result = paired_comparison(per_context_means(paired["value"].to_list(), clusters),
+                               per_context_means(paired["value_baseline"].to_list(), clusters),
+                               confidence, resamples, seed)
+    return result | {"clusters": result["contexts"], "contexts": paired["context_id"].n_unique(),
+                     "seeds": paired["seed"].n_unique(), "pairs": paired.height,
+                     "unpaired": sides[0].height + sides[1].height - 2 * paired.height}
+
+
+def adjust_across_report(results: dict[str, Any], splits: dict[str, Any]) -> int:
+    """Holm across every comparison the report makes, in every evaluation set, level, metric, baseline and split
+    bucket: one family, so that no difference is called significant because many were looked at. Returns the
+    family's size."""
+    family = [c for r in results.values() for c in r["comparisons"]]
+    family += [c for columns in splits.values() for buckets in columns.values() for bucket in buckets.values()
+               if bucket["results"] for c in bucket["results"]["comparisons"]]
+    for comparison, adjusted in zip(family, holm([c["p"] for c in family]), strict=True):
+        comparison["p_holm"] = adjusted
+        comparison["holm_family"] = f"every comparison of the report ({len(family)})"
+    return len(family)
 
 
 def judge_agreements(scores: pl.DataFrame) -> dict[str, Any]:
@@ -156,11 +174,12 @@ def build_summary(run: str, systems: list[str], seeds: list[int], judges: dict[s
     """Everything report.md and summary.json show."""
     from mascot.evaluation.systems import REPLY_MARKER, SYSTEMS
 
+    results = evaluation_results(scores, contexts, systems, confidence, resamples, seed)
+    splits = split_results(scores, contexts, systems, confidence, resamples, seed)
     return {"run": run, "systems": systems, "descriptions": {name: SYSTEMS[name].description for name in systems}, "seeds": seeds, "judges": judges,
             "contexts": dict(contexts.group_by("eval_set", maintain_order=True).len().iter_rows()),
             "independence": independence(contexts),
             "confidence": confidence, "metrics": metric_names(scores),
             "reasoning": {"marker": REPLY_MARKER, **reasoning_counts(conversations)},
-            "results": evaluation_results(scores, contexts, systems, confidence, resamples, seed),
-            "splits": split_results(scores, contexts, systems, confidence, resamples, seed),
+            "results": results, "splits": splits, "holm_family": adjust_across_report(results, splits),
             "agreement": judge_agreements(scores)}

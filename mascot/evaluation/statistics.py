@@ -3,9 +3,9 @@
 The unit of independence is the held-out context: one context's conversations (its seeds, its
 turns) share a history, so every interval resamples contexts, never replies or pairs. A system's
 score is first averaged within each context; comparisons pair two systems context by context.
-The paired test is Wilcoxon's signed-rank test over those per-context differences (no assumption
-that judge scores are normal), and the p-values of one comparison's metrics are Holm-corrected,
-since a comparison reports several metrics at once.
+The paired test is a sign-flip permutation test of the mean of those differences (the quantity the
+interval is on; no assumption that judge scores are normal), and the p-values of every comparison a
+report makes are Holm-corrected together (`results.build_summary`).
 """
 
 from __future__ import annotations
@@ -48,21 +48,42 @@ def paired_comparison(system: dict[str, float], baseline: dict[str, float], conf
                       resamples: int = 2000, seed: int = 0) -> dict:
     """system - baseline over the units both have (per-unit means, a unit being a cluster of contexts: a
     meeting, or a context): the mean difference, its sd, a percentile bootstrap interval over units and
-    Wilcoxon's signed-rank p-value. `contexts` counts the units (the caller names them)."""
+    a paired sign-flip permutation p (`sign_flip_test`). `contexts` counts the units (the caller names them)."""
     shared = sorted(system.keys() & baseline.keys())
     differences = [system[c] - baseline[c] for c in shared]
     interval = clustered_mean(differences, shared, confidence, resamples, seed)
     result = {"mean": interval["value"], "sd": float(np.std(differences, ddof=1)) if len(shared) > 1 else None,
               "contexts": len(shared), "ci_low": interval["ci_low"], "ci_high": interval["ci_high"],
-              "confidence": confidence, "interval": "percentile bootstrap over clusters",
-              "test": "Wilcoxon signed-rank over per-cluster differences", "p": None}
-    if any(differences):
-        from scipy.stats import wilcoxon
+              "confidence": confidence, "interval": "percentile bootstrap over clusters"}
+    return result | sign_flip_test(differences, seed=seed)
 
-        result["p"] = float(wilcoxon(differences).pvalue)
-    elif shared:
-        result["p"] = 1.0  # no context differs: nothing to reject, and scipy refuses all-zero input
-    return result
+
+EXACT_SIGN_FLIPS = 16  # up to 2^16 = 65,536 sign assignments are enumerated; beyond, a seeded sample of them
+
+
+def sign_flip_test(differences: Sequence[float], resamples: int = 20000, seed: int = 0) -> dict:
+    """Two-sided paired permutation test of a mean difference: under the null that each unit's two systems are
+    exchangeable, each difference's sign is a coin flip, so p is the share of sign assignments whose mean is at
+    least as far from 0 as the observed one. The test is on the mean, as the interval is (Wilcoxon's tests a
+    pseudo-median, and its handling of zeros and ties depends on the SciPy version). Exact, enumerating all 2^n
+    assignments, up to n = EXACT_SIGN_FLIPS; beyond, `resamples` random assignments with p = (k + 1) / (R + 1)."""
+    array = np.asarray(differences, dtype=float)
+    result = {"p": None, "test": "paired sign-flip permutation test of the mean difference", "permutations": 0,
+              "exact": None}
+    if array.size == 0:
+        return result
+    if array.size <= EXACT_SIGN_FLIPS:
+        bits = (np.arange(2 ** array.size)[:, None] >> np.arange(array.size)) & 1
+        signs, exact = 1 - 2 * bits, True
+    else:
+        signs, exact = np.random.default_rng(seed).choice([-1.0, 1.0], size=(resamples, array.size)), False
+    observed = abs(array.mean())
+    means = np.abs(signs @ array) / array.size
+    extreme = int(np.count_nonzero(means >= observed - 1e-9 * max(1.0, observed)))
+    p = extreme / len(signs) if exact else (extreme + 1) / (len(signs) + 1)
+    kind = f"exact, all {len(signs)} sign assignments" if exact else f"Monte Carlo, {len(signs)} random sign assignments"
+    return result | {"p": float(min(1.0, p)), "permutations": len(signs), "exact": exact,
+                     "test": f"paired sign-flip permutation test of the mean difference ({kind})"}
 
 
 def holm(p_values: Sequence[float | None]) -> list[float | None]:

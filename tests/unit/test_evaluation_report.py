@@ -52,7 +52,13 @@ def test_the_report_shows_every_bucket_with_its_n_or_says_it_is_too_small():
         pl.DataFrame({"role": ["companion"], "reasoning_marked": [None]}, schema_overrides={"reasoning_marked": pl.Boolean}),
         resamples=200)
     summary["preferences"] = []
+    # One Holm family: 2 levels in each of 3 sets (all, held_out, esconv) and in the two scored valence buckets.
+    split_comparisons = [c for bucket in summary["splits"]["held_out"]["valence"].values() if bucket["results"]
+                         for c in bucket["results"]["comparisons"]]
+    assert len(split_comparisons) == 4 and summary["holm_family"] == 3 * 2 + 4
+    assert {c["holm_family"] for c in split_comparisons} == {"every comparison of the report (10)"}
     report = report_markdown(summary, ["figure_persona.png"])
+    assert "Holm-adjusted across all 10 comparisons of this report" in report
     assert "![figure_persona](figure_persona.png)" in report.split("## Systems")[0]
     section = report.split("## Splits")[1]
     assert "### held_out by valence" in section and "esconv:test by" not in section
