@@ -160,6 +160,14 @@ def _difference(entry: dict[str, Any]) -> str:
     return f"{entry['mean']:+.{d}f} [{entry['ci_low']:+.{d}f}, {entry['ci_high']:+.{d}f}]{p}"
 
 
+def _alpha(result: dict[str, Any]) -> str:
+    if result["alpha"] is None:
+        return f"not computable ({result['items']} conversations)"
+    interval = ("" if result["ci_low"] is None else
+                f" [{result['ci_low']:.3f}, {result['ci_high']:.3f}]")
+    return f"{result['alpha']:.3f}{interval} ({result['items']} conversations)"
+
+
 def unpaired_note(results: dict[str, Any], level: str) -> str:
     """The conversations left out of this level's comparisons for want of a partner (a failed or undefined
     conversation on the other side), when there were any."""
@@ -222,11 +230,16 @@ def report_markdown(summary: dict[str, Any], figures: list[str] = ()) -> str:
                       *comparison_table(results, level, metrics, systems), ""]
     lines += preference_markdown(summary)
     agreement = summary["agreement"]
-    lines += ["## Agreement between judges", ""]
+    lines += ["## Agreement between judges", "",
+              (f"Krippendorff's alpha (interval level) on the conversations' overall scores, within each system (pooled "
+               "across systems, the differences between systems would count as agreement), with a "
+               f"{summary['confidence']:.0%} percentile bootstrap interval over clusters."), ""]
     for level, entry in agreement.items():
-        alpha = "not computable (fewer than two judges)" if entry["alpha"] is None else f"{entry['alpha']:.3f}"
-        lines.append(f"- {level}: Krippendorff's alpha (interval) {alpha}, {entry['judges']} judge(s), "
-                     f"{entry['items']} conversations.")
+        if entry["judges"] < 2:
+            lines.append(f"- {level}: not computable ({entry['judges']} judge).")
+            continue
+        cells = [f"{SYSTEMS[system].label} {_alpha(result)}" for system, result in entry["systems"].items()]
+        lines.append(f"- {level}, {entry['judges']} judges: " + "; ".join(cells) + ".")
     lines += ["", *splits_markdown(summary)]
     return "\n".join(lines).rstrip() + "\n"
 

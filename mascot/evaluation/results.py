@@ -128,16 +128,60 @@ def adjust_across_report(results: dict[str, Any], splits: dict[str, Any]) -> int
     return len(family)
 
 
-def judge_agreements(scores: pl.DataFrame) -> dict[str, Any]:
-    """Krippendorff's alpha between the judges of each panel on the conversations' overall scores."""
+AGREEMENT_RESAMPLES = 500  # alpha is recomputed per resample; its interval needs fewer than a mean's
+
+
+def judge_agreements(scores: pl.DataFrame, contexts: pl.DataFrame | None = None, confidence: float = 0.95,
+                     seed: int = 0) -> dict[str, Any]:
+    """Krippendorff's alpha between the judges of each panel on the conversations' overall scores, within each
+    system: pooled across systems, the differences between systems would count as agreement. Each alpha has a
+    percentile bootstrap interval that resamples clusters (`AGREEMENT_RESAMPLES` times)."""
+    cluster_of = ({} if contexts is None else
+                  dict(with_cluster(contexts).select("context_id", "cluster").iter_rows()))
     result = {}
     for level in ("persona", "collective"):
         rows = scores.filter((pl.col("level") == level) & (pl.col("metric") == "overall")).drop_nulls("value")
-        by_judge: dict[str, dict[str, float]] = {}
-        for record in rows.iter_rows(named=True):
-            item = f"{record['system']}|{record['context_id']}|{record['seed']}"
-            by_judge.setdefault(record["judge"], {})[item] = record["value"]
-        result[level] = judge_agreement(by_judge)
+        systems = {}
+        for (system,), own in rows.group_by("system", maintain_order=True):
+            by_judge: dict[str, dict[str, float]] = {}
+            for record in own.iter_rows(named=True):
+                by_judge.setdefault(record["judge"], {})[f"{record['context_id']}|{record['seed']}"] = record["value"]
+            systems[system] = alpha_with_interval(by_judge, cluster_of, confidence, seed)
+        result[level] = {"judges": rows["judge"].n_unique(), "level": "interval", "within": "system",
+                         "systems": systems}
+    return result
+
+
+def alpha_with_interval(by_judge: dict[str, dict[str, float]], cluster_of: dict[str, str], confidence: float,
+                        seed: int) -> dict[str, Any]:
+    """judge_agreement's alpha on one system's conversations (item "context|seed"), with an interval that
+    resamples the items' clusters; resamples where alpha is undefined (one judge left, no spread) are skipped."""
+    import numpy as np
+
+    point = judge_agreement(by_judge)
+    result = {**point, "ci_low": None, "ci_high": None, "confidence": confidence, "resamples": 0}
+    if point["alpha"] is None:
+        return result
+    items = sorted({item for scored in by_judge.values() for item in scored})
+    groups: dict[str, list[str]] = {}
+    for item in items:
+        context = item.rsplit("|", 1)[0]
+        groups.setdefault(cluster_of.get(context, context), []).append(item)
+    clusters = sorted(groups)
+    rng = np.random.default_rng(seed)
+    alphas = []
+    for _ in range(AGREEMENT_RESAMPLES):
+        drawn = rng.integers(0, len(clusters), size=len(clusters))
+        picked = [(f"{k}#{item}", item) for k, index in enumerate(drawn) for item in groups[clusters[index]]]
+        resampled = {judge: {name: scored[item] for name, item in picked if item in scored}
+                     for judge, scored in by_judge.items()}
+        alpha = judge_agreement(resampled)["alpha"]
+        if alpha is not None and np.isfinite(alpha):
+            alphas.append(alpha)
+    if alphas:
+        tail = (1 - confidence) / 2
+        result["ci_low"], result["ci_high"] = (float(q) for q in np.quantile(alphas, [tail, 1 - tail]))
+        result["resamples"] = len(alphas)
     return result
 
 
@@ -182,4 +226,4 @@ def build_summary(run: str, systems: list[str], seeds: list[int], judges: dict[s
             "confidence": confidence, "metrics": metric_names(scores),
             "reasoning": {"marker": REPLY_MARKER, **reasoning_counts(conversations)},
             "results": results, "splits": splits, "holm_family": adjust_across_report(results, splits),
-            "agreement": judge_agreements(scores)}
+            "agreement": judge_agreements(scores, contexts, confidence, seed)}

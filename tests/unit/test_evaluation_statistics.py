@@ -124,3 +124,29 @@ def test_pairs_are_context_and_seed_and_a_conversation_without_its_partner_is_le
     # One family: the sets "all" and "held_out", one comparison each, Holm over both (p 0.25 each -> 0.5).
     assert summary["holm_family"] == 2 and comparison["p_holm"] == pytest.approx(0.5)
     assert comparison["holm_family"] == "every comparison of the report (2)"
+
+
+def test_judge_agreement_is_within_each_system_with_an_interval():
+    """Two judges who disagree on every conversation within each system, while the systems differ by 60 points:
+    pooled, the systems' difference would read as agreement; within each system there is none."""
+    import polars as pl
+
+    from mascot.evaluation.results import judge_agreements
+    from mascot.evaluation.scoring import SCORE_SCHEMA
+
+    noise = [1, -1, 2, -2, 1, -1, 2, -2]
+    rows = [{"system": system, "context_id": f"c{i}", "seed": 0, "level": "collective", "metric": "overall",
+             "judge": judge, "value": float(base + sign * e)}
+            for system, base in (("mascot", 20), ("zero_shot", 80)) for i, e in enumerate(noise)
+            for judge, sign in (("j1", 1), ("j2", -1))]
+    scores = pl.DataFrame(rows, schema=SCORE_SCHEMA)
+    pooled = judge_agreement({j: {f"{r['system']}|{r['context_id']}": r["value"] for r in rows if r["judge"] == j}
+                              for j in ("j1", "j2")})
+    assert pooled["alpha"] > 0.95, "pooled across systems, the judges look in near-perfect agreement"
+    agreement = judge_agreements(scores, confidence=0.9)["collective"]
+    assert agreement["judges"] == 2 and agreement["within"] == "system"
+    for system in ("mascot", "zero_shot"):
+        result = agreement["systems"][system]
+        assert result["alpha"] < 0 and result["items"] == 8, "within a system they never agree"
+        assert result["ci_low"] <= result["alpha"] <= result["ci_high"] and result["resamples"] > 0
+    assert judge_agreements(scores.filter(pl.col("judge") == "j1"))["collective"]["systems"]["mascot"]["alpha"] is None
