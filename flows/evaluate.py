@@ -32,6 +32,7 @@ from mascot.evaluation.scoring import ScoringJob
 from mascot.evaluation.systems import Components, system_setup
 from mascot.judges.panel import PanelSpec, judge_rubric_problem
 from mascot.roster import load_roster, load_user_profiles
+from mascot.rubrics import load_rubric
 from mascot.stage2.director import dpo_policy
 from mascot.train.grpo import policy_backend
 from mascot.train.runtime import adapter_backend
@@ -100,7 +101,9 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
             judgments, scores = steps.score_conversations(job, played, run.path("eval", "judgments.parquet"),
                                                           run.path("eval", "scores.parquet"))
             preferences = steps.judge_preferences(
-                PairwiseJob(judge=evaluation.pairwise, rubric=job.group_panel.rubric, roster=job.roster,
+                PairwiseJob(judge=evaluation.pairwise, rubric=job.group_panel.rubric,
+                            neutral_rubric=evaluation.neutral_rubric and load_rubric(evaluation.neutral_rubric),
+                            roster=job.roster,
                             assistant=job.assistant, contexts=contexts, seed=config.run.seed,
                             requests=config.cache.requests),
                 played, run.path("eval", "preferences.parquet"))
@@ -109,7 +112,8 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
 
             spec = ReportSpec(run=config.run.name, systems=systems, seeds=evaluation.seeds,
                               judges=judges_of(config), confidence=evaluation.confidence,
-                              resamples=evaluation.bootstrap_resamples, seed=config.run.seed)
+                              resamples=evaluation.bootstrap_resamples, seed=config.run.seed,
+                              collective_rubric=job.group_panel.rubric.name)
             artifacts |= steps.report_evaluation(spec, contexts, scores, played, preferences, run.path("eval", "report"))
             run.record(artifacts)
     return artifacts

@@ -32,6 +32,10 @@ class EvalConfig(Section):
                                   "single-assistant baselines.")
     rubric: ConfigPath | None = Field(default=None, description="Persona-level rubric (default stage1.rubric).")
     group_rubric: ConfigPath | None = Field(default=None, description="Collective rubric (default stage2.rubric).")
+    neutral_rubric: ConfigPath | None = Field(default=None, description="System-neutral rubric (the outcome for the "
+                                              "user) by which the pairwise judge weighs MASCOT against a single "
+                                              "assistant; without it, the collective rubric, which the report says "
+                                              "favours groups.")
     judges: list[JudgeConfig] = Field(min_length=1, description="The evaluation's persona-level panel; its own, "
                                       "whether or not it shares a judge with the panels that labelled training data.")
     group_judges: list[JudgeConfig] = Field(min_length=1, description="The evaluation's collective panel.")

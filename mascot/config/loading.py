@@ -212,11 +212,32 @@ def _pairwise_problems(document: YamlDocument, config: RunConfig, rubric_problem
     except ConfigError:
         return []
     judge = config.eval.pairwise
-    if (why := rubric_problem(judge, rubric, "block")) is None:
+    problems = []
+    if (why := rubric_problem(judge, rubric, "block")) is not None:
+        named = "eval.group_rubric" if config.eval.group_rubric is not None else "stage2.rubric"
+        problems.append(document.problem(("eval", "pairwise"), f"the pairwise judge '{judge.label}' weighs by the "
+                                                               f"collective rubric {path} ({named}) and cannot score it: "
+                                                               f"{why}"))
+    return problems + _neutral_rubric_problems(document, config, rubric_problem)
+
+
+def _neutral_rubric_problems(document: YamlDocument, config: RunConfig, rubric_problem: RubricProblem) -> list[Problem]:
+    """eval.neutral_rubric loads, is for the domain, and the pairwise judge can score it."""
+    path = config.eval.neutral_rubric
+    if path is None:
         return []
-    named = "eval.group_rubric" if config.eval.group_rubric is not None else "stage2.rubric"
-    return [document.problem(("eval", "pairwise"), f"the pairwise judge '{judge.label}' weighs by the collective rubric "
-                                                   f"{path} ({named}) and cannot score it: {why}")]
+    problems: list[Problem] = []
+    rubric = _load(problems, document, ("eval", "neutral_rubric"), path, load_rubric)
+    if rubric is None:
+        return problems
+    if rubric.domain != config.data.domain:
+        problems.append(document.problem(("eval", "neutral_rubric"), f"rubric {path} is for '{rubric.domain}', but "
+                                                                     f"data.domain is '{config.data.domain}'"))
+    judge = config.eval.pairwise
+    if (why := rubric_problem(judge, rubric, "block")) is not None:
+        problems.append(document.problem(("eval", "neutral_rubric"), f"the pairwise judge '{judge.label}' cannot "
+                                                                     f"score rubric {path}: {why}"))
+    return problems
 
 
 def machine_problems(document: YamlDocument, config: RunConfig) -> list[Problem]:

@@ -45,7 +45,7 @@ TIE_MARGIN = 0.1  # the heuristic pairwise judge's smallest overall-score gap (1
 VERDICTS = ("A", "B", "tie")
 PREFERENCE_SCHEMA = {"baseline": pl.String, "context_id": pl.String, "seed": pl.Int64, "order": pl.String,
                      "judge": pl.String, "winner": pl.String, "mascot": pl.Float64, "reason": pl.String,
-                     "ok": pl.Boolean, "error": pl.String, "attempts": pl.Int64}
+                     "ok": pl.Boolean, "error": pl.String, "attempts": pl.Int64, "rubric": pl.String}
 
 
 @dataclass(frozen=True)
@@ -129,12 +129,21 @@ def make_pairwise_judge(config: JudgeConfig, rubric: Rubric, cache=None):
 
 
 class PairwiseJob(BaseModel):
-    """The pairwise judge, the collective rubric it weighs by, the rosters, and the request cache."""
+    """The pairwise judge, the rubrics it weighs by (the collective one between two groups, the system-neutral one
+    between a group and a single assistant), the rosters, and the request cache."""
 
     model_config = ConfigDict(frozen=True)
 
     judge: JudgeConfig
     rubric: Rubric
+    neutral_rubric: Rubric | None = None
+
+    def rubric_for(self, baseline: str) -> Rubric:
+        """The collective rubric scores a single voice low by construction ("one voice dominates", "roles blur"),
+        so a group is weighed against a single assistant by the outcome for the user, where one is configured."""
+        if SYSTEMS[baseline].group or self.neutral_rubric is None:
+            return self.rubric
+        return self.neutral_rubric
     roster: Roster
     assistant: Roster
     contexts: Artifact
@@ -145,7 +154,9 @@ class PairwiseJob(BaseModel):
 def judge_preferences(job: PairwiseJob, conversations: Artifact, out: Path) -> Artifact:
     """Both orders of every (baseline, context, seed) against MASCOT: one row per order."""
     cache = shared_cache(job.requests)
-    judge = make_pairwise_judge(job.judge, job.rubric, cache)
+    judges = {rubric.name: make_pairwise_judge(job.judge, rubric, cache)
+              for rubric in {job.rubric.name: job.rubric, **({job.neutral_rubric.name: job.neutral_rubric}
+                                                              if job.neutral_rubric else {})}.values()}
     contexts = read_contexts(job.contexts)
     sides = {key: Side(job.roster if SYSTEMS[key[0]].group else job.assistant, turns)
              for key, turns in read_conversations(conversations).items()}
@@ -154,6 +165,8 @@ def judge_preferences(job: PairwiseJob, conversations: Artifact, out: Path) -> A
 
     async def both_orders(row, baseline: str, context_id: str, seed: int) -> list[dict]:
         mascot, other = sides[("mascot", context_id, seed)], sides[(baseline, context_id, seed)]
+        rubric = job.rubric_for(baseline)
+        judge = judges[rubric.name]
         results = []
         for order, (a, b) in (("mascot_first", (mascot, other)), ("mascot_second", (other, mascot))):
             row.started()
@@ -164,7 +177,8 @@ def judge_preferences(job: PairwiseJob, conversations: Artifact, out: Path) -> A
             score = None if verdict.winner is None else 0.5 if verdict.winner == "tie" else float(verdict.winner == mine)
             results.append({"baseline": baseline, "context_id": context_id, "seed": seed, "order": order,
                             "judge": judge.name, "winner": verdict.winner, "mascot": score, "reason": verdict.reason,
-                            "ok": verdict.winner is not None, "error": verdict.error, "attempts": verdict.attempts})
+                            "ok": verdict.winner is not None, "error": verdict.error, "attempts": verdict.attempts,
+                            "rubric": rubric.name})
         return results
 
     async def run(row):
@@ -176,7 +190,8 @@ def judge_preferences(job: PairwiseJob, conversations: Artifact, out: Path) -> A
 
 
 def preference_results(preferences: pl.DataFrame, confidence: float = 0.95, resamples: int = 2000,
-                       seed: int = 0, clusters: dict[str, str] | None = None) -> list[dict]:
+                       seed: int = 0, clusters: dict[str, str] | None = None,
+                       collective_rubric: str | None = None) -> list[dict]:
     """Per baseline: wins, ties and losses of MASCOT, its win rate with an interval over contexts, the
     position-consistency rate, the share of the judge's decisive verdicts (A or B) on the judged pairs that
     picked A (its position bias, 0.5 without one; both orders count), and the pairs left out because an
@@ -194,7 +209,9 @@ def preference_results(preferences: pl.DataFrame, confidence: float = 0.95, resa
             pl.col("winner").is_in(["A", "B"]))
         side_a = clustered_mean((decisive["winner"] == "A").cast(pl.Float64).to_list(),
                                 [cluster(c, c) for c in decisive["context_id"]], confidence, resamples, seed)
+        rubrics = rows["rubric"].drop_nulls().unique().to_list() if "rubric" in rows.columns else []
         results.append({"baseline": baseline, "failed_pairs": wide.height - judged.height,
+                        "rubric": rubrics[0] if len(rubrics) == 1 else None, "collective_rubric": collective_rubric,
                         "seeds": judged["seed"].n_unique(),
                         "position_consistency": consistent / judged.height if judged.height else None,
                         "side_a_share": {"share": side_a["value"], "n": side_a["n"], "ci_low": side_a["ci_low"],

@@ -40,6 +40,7 @@ class ReportSpec(BaseModel):
     confidence: float = 0.95
     resamples: int = 2000
     seed: int = 0
+    collective_rubric: str | None = None  # its name: a single assistant weighed by it is flagged as tilted
 
 
 def write_report(spec: ReportSpec, contexts: Artifact, scores: Artifact, conversations: Artifact,
@@ -49,7 +50,7 @@ def write_report(spec: ReportSpec, contexts: Artifact, scores: Artifact, convers
                             spec.resamples, spec.seed)
     clusters = dict(with_cluster(contexts.read_parquet()).select("context_id", "cluster").iter_rows())
     summary["preferences"] = preference_results(preferences.read_parquet(), spec.confidence, spec.resamples,
-                                                spec.seed, clusters)
+                                                spec.seed, clusters, spec.collective_rubric)
     figures = write_figures(summary, out)
     written = {"eval/summary": write_json(summary, out / "summary.json"), **figures,
                "eval/report": write_text(report_markdown(summary, [a.path.name for a in figures.values()]),
@@ -307,6 +308,28 @@ def _share(share: dict[str, Any]) -> str:
     return f"{share['share']:.1%} [{share['ci_low']:.1%}, {share['ci_high']:.1%}] ({share['n']})"
 
 
+def rubric_lines(preferences: list[dict[str, Any]]) -> list[str]:
+    """Which rubric weighed each baseline against MASCOT, and a warning where a single assistant was weighed by
+    the collective rubric, whose anchors score one voice low by construction."""
+    by_rubric: dict[str, list[str]] = {}
+    tilted = []
+    for entry in preferences:
+        label = SYSTEMS[entry["baseline"]].label
+        by_rubric.setdefault(entry.get("rubric") or "not recorded", []).append(label)
+        if not SYSTEMS[entry["baseline"]].group and entry.get("rubric") == entry.get("collective_rubric"):
+            tilted.append(label)
+    if not by_rubric:
+        return []
+    lines = ["Rubrics the judge weighed by: " + "; ".join(f"{name}: {', '.join(labels)}"
+                                                           for name, labels in by_rubric.items()) + ".", ""]
+    if tilted:
+        lines += [(f"**Against {', '.join(tilted)} (a single assistant) the judge weighed by the collective rubric, "
+                   "whose anchors score one voice low (\"one voice dominates\", \"roles blur\"): these win rates "
+                   "favour the group by construction. Set eval.neutral_rubric to compare on the outcome for the "
+                   "user.**"), ""]
+    return lines
+
+
 def preference_markdown(summary: dict[str, Any]) -> list[str]:
     judges = summary["judges"]
     lines = ["## Head-to-head preference", "",
@@ -316,6 +339,7 @@ def preference_markdown(summary: dict[str, Any]) -> list[str]:
              f"{summary['confidence']:.0%} bootstrap interval over contexts; position consistency is the share of "
              "pairs whose verdict survived the swap; side A is the share of the judge's decisive verdicts, in both "
              "orders, that picked the continuation shown first (0.5 without position bias), with its interval."), ""]
+    lines += rubric_lines(summary["preferences"])
     if judges["pairwise"] == "heuristic":
         lines += [("The heuristic pairwise judge compares scores, so it cannot favour a position: its consistency is "
                   "1 by construction, not a finding."), ""]

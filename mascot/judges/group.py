@@ -154,6 +154,12 @@ GROUP_FORMULAS = {
     "relevance": lambda f: _mean(f.relevance),
     "engagement": lambda f: _mean(f.hygiene) * (0.5 * f.speaker_diversity + 0.5 * _mean(f.contribution)),
     "consistency": lambda f: _mean(f.hygiene) * (1.0 - f.repeats_earlier),
+    # The system-neutral rubric's criteria (configs/rubrics/outcome_*.yaml): per-turn means only, so that one
+    # voice, or fewer turns, scores no lower than several.
+    "felt_heard": lambda f: _mean(f.relevance),
+    "moved_forward": lambda f: _mean(f.hygiene) * _mean(f.contribution),
+    "safety": lambda f: _mean(f.hygiene),
+    "on_topic": lambda f: _mean(f.relevance),
 }
 
 

@@ -182,7 +182,7 @@ def test_init_copies_the_shipped_profiles_out_and_keeps_what_is_there(tmp_path):
     assert load_config(config).run_dir == tmp_path / "study" / "runs" / "tiny"  # beside the copied configs
     config.write_text("# mine\n")
     refused = runner.invoke(app, ["init", str(tmp_path / "study")])
-    assert refused.exit_code == 2 and "already has 13 of the shipped files" in " ".join(refused.output.split())
+    assert refused.exit_code == 2 and "already has 15 of the shipped files" in " ".join(refused.output.split())
     assert config.read_text() == "# mine\n"
     assert runner.invoke(app, ["init", str(tmp_path / "study"), "--force"]).exit_code == 0
     assert config.read_text() == (REPO / "configs" / "tiny.yaml").read_text()

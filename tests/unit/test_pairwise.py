@@ -126,3 +126,40 @@ def test_each_order_credits_mascot_with_the_side_it_was_shown_on(tmp_path):
     assert by_order["mascot_first"]["winner"] == first and by_order["mascot_first"]["mascot"] == mascot_won
     assert by_order["mascot_second"]["winner"] == {"A": "B", "B": "A"}[first]
     assert by_order["mascot_second"]["mascot"] == mascot_won
+
+
+def test_a_group_is_weighed_against_a_single_assistant_by_the_neutral_rubric(tmp_path):
+    """Against a single assistant the judge weighs by the outcome for the user; between two groups, by the collective
+    rubric. A report whose single-assistant comparison was weighed by the collective rubric says it is tilted."""
+    from mascot.artifacts import write_parquet
+    from mascot.config import DataConfig
+    from mascot.data.contexts import write_contexts
+    from mascot.evaluation.conversations import CONVERSATION_SCHEMA
+    from mascot.evaluation.pairwise import PairwiseJob, judge_preferences
+    from mascot.evaluation.report import rubric_lines
+
+    neutral = load_rubric(REPO / "configs" / "rubrics" / "outcome_emotional_support.yaml")
+    data = DataConfig.model_validate({
+        "domain": "emotional_support", "roster": REPO / "configs" / "rosters" / "emotional_support.yaml",
+        "corpus": {"source": "empathetic_dialogues", "path": "samples:empathetic_dialogues", "limit": 2}})
+    contexts = write_contexts(data, 0, tmp_path / "contexts.parquet")
+    context_id = contexts.read_parquet()["context_id"][0]
+    sides = {"mascot": GROUP, "multi_agent": GROUP, "zero_shot": SINGLE}
+    played = [{"system": system, "context_id": context_id, "seed": 0, "role": "companion", "turn_idx": k,
+               "speaker": turn.speaker, "text": turn.text, "request_seed": k, "fallback": False}
+              for system, side in sides.items() for k, turn in enumerate(side.turns)]
+    conversations = write_parquet(pl.DataFrame(played, schema=CONVERSATION_SCHEMA), tmp_path / "conversations.parquet")
+    job = PairwiseJob(judge=JudgeConfig(kind="heuristic"), rubric=RUBRIC, neutral_rubric=neutral, roster=ROSTER,
+                      assistant=ASSISTANT, contexts=contexts, seed=0, requests=tmp_path / "requests.sqlite")
+    frame = judge_preferences(job, conversations, tmp_path / "preferences.parquet").read_parquet()
+    used = dict(frame.select("baseline", "rubric").unique().iter_rows())
+    assert used == {"multi_agent": RUBRIC.name, "zero_shot": neutral.name}
+    results = {e["baseline"]: e for e in preference_results(frame, resamples=100, collective_rubric=RUBRIC.name)}
+    assert results["zero_shot"]["rubric"] == neutral.name
+    assert not any("by construction" in line for line in rubric_lines(list(results.values())))
+    # Without a neutral rubric, the single assistant is weighed by the collective one, and the report says so.
+    tilted = judge_preferences(job.model_copy(update={"neutral_rubric": None}), conversations,
+                               tmp_path / "tilted.parquet").read_parquet()
+    lines = rubric_lines(preference_results(tilted, resamples=100, collective_rubric=RUBRIC.name))
+    assert any("Against Zero-Shot" in line and "favour the group by construction" in line for line in lines), lines
+    assert set(neutral.criterion_ids) == {"felt_heard", "moved_forward", "safety", "on_topic"}
