@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from functools import cache
 from statistics import fmean
 
-AUTOMATIC_METRICS = ("distinct_1", "distinct_2", "self_bleu", "mean_length", "sentiment")
+AUTOMATIC_METRICS = ("distinct_1", "distinct_2", "distinct_1_per_turn", "distinct_2_per_turn", "self_bleu",
+                     "mean_length", "sentiment")
 
 
 def words(text: str) -> list[str]:
@@ -29,6 +30,16 @@ def distinct_n(turns: Sequence[str], n: int) -> float | None:
 
     grams = [gram for turn in turns for gram in ngrams(words(turn), n)]
     return len(set(grams)) / len(grams) if grams else None
+
+
+def distinct_n_per_turn(turns: Sequence[str], n: int) -> float | None:
+    """The mean over turns of each turn's Distinct-n; None when no turn has an n-gram.
+
+    Distinct-n over a whole conversation falls as its text grows (more words, more chances to repeat one), and a
+    group writes several turns per block where a single assistant writes one, so the pooled figure is not
+    comparable between the two kinds; a turn's own figure is."""
+    values = [value for value in (distinct_n([turn], n) for turn in turns) if value is not None]
+    return fmean(values) if values else None
 
 
 def self_bleu(turns: Sequence[str]) -> float | None:
@@ -60,5 +71,6 @@ def sentiment(turns: Sequence[str]) -> float | None:
 
 def automatic_metrics(turns: Sequence[str]) -> dict[str, float | None]:
     """Every automatic metric of one conversation's companion turns (None where undefined)."""
-    return {"distinct_1": distinct_n(turns, 1), "distinct_2": distinct_n(turns, 2), "self_bleu": self_bleu(turns),
-            "mean_length": mean_length(turns), "sentiment": sentiment(turns)}
+    return {"distinct_1": distinct_n(turns, 1), "distinct_2": distinct_n(turns, 2),
+            "distinct_1_per_turn": distinct_n_per_turn(turns, 1), "distinct_2_per_turn": distinct_n_per_turn(turns, 2),
+            "self_bleu": self_bleu(turns), "mean_length": mean_length(turns), "sentiment": sentiment(turns)}

@@ -222,6 +222,10 @@ def report_markdown(summary: dict[str, Any], figures: list[str] = ()) -> str:
                 continue
             metrics = ordered_metrics(metrics)
             lines += [f"### {LEVEL_TITLES[level]}", "", *system_table(results, level, metrics, systems), ""]
+            if level == AUTOMATIC:
+                lines += [("Distinct-n and Self-BLEU over a whole conversation depend on how many turns it holds (a group "
+                           "writes several per block, a single assistant one), so between a group and a single "
+                           "assistant only the per-turn Distinct-n (`distinct_n_per_turn`) compares like with like."), ""]
             lines += [(f"MASCOT against each baseline ({LEVEL_TITLES[level].split(' (')[0].lower()}): the paired "
                        "difference over the (context, seed) pairs both have a value for, averaged per cluster "
                        "[interval over clusters], a paired sign-flip permutation p on the mean difference, "
