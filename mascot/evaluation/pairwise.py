@@ -189,9 +189,50 @@ def judge_preferences(job: PairwiseJob, conversations: Artifact, out: Path) -> A
     return write_parquet(pl.DataFrame(rows, schema=PREFERENCE_SCHEMA), out)
 
 
+def length_controlled_win_rate(outcomes: list[float], mascot_words: list[int], baseline_words: list[int],
+                               clusters: list[str], confidence: float = 0.95, resamples: int = 2000,
+                               seed: int = 0) -> dict:
+    """The win rate at equal length: outcome = a + b * log(MASCOT's words / the baseline's words), fitted by least
+    squares over the judged pairs, gives a, the expected outcome where both wrote as much (LLM judges favour longer
+    answers, and a group writes several turns per block). Its interval refits on resampled clusters."""
+    import numpy as np
+
+    y = np.asarray(outcomes, dtype=float)
+    x = np.log((np.asarray(mascot_words, dtype=float) + 1) / (np.asarray(baseline_words, dtype=float) + 1))
+    result = {"win_rate": None, "slope": None, "ci_low": None, "ci_high": None, "confidence": confidence,
+              "mean_log_length_ratio": float(x.mean()) if x.size else None,
+              "method": "intercept of a least-squares fit of the outcome on log(MASCOT's words / the baseline's), "
+                        "percentile bootstrap over clusters"}
+    if y.size < 2:
+        return result
+
+    def fit(index) -> tuple[float, float]:
+        xs, ys = x[index], y[index]
+        if np.ptp(xs) == 0:
+            return float("nan"), float("nan")  # no spread of lengths: the intercept is not identified
+        slope, intercept = np.polyfit(xs, ys, 1)
+        return float(intercept), float(slope)
+
+    intercept, slope = fit(np.arange(y.size))
+    if np.isnan(intercept):
+        return result
+    labels, inverse = np.unique(np.asarray(clusters, dtype=str), return_inverse=True)
+    members = [np.flatnonzero(inverse == k) for k in range(labels.size)]
+    rng = np.random.default_rng(seed)
+    draws = [fit(np.concatenate([members[k] for k in rng.integers(0, labels.size, labels.size)]))[0]
+             for _ in range(resamples)]
+    draws = [d for d in draws if not np.isnan(d)]
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(draws, [tail, 1 - tail]) if draws else (None, None)
+    return result | {"win_rate": float(np.clip(intercept, 0, 1)), "slope": slope,
+                     "ci_low": None if low is None else float(np.clip(low, 0, 1)),
+                     "ci_high": None if high is None else float(np.clip(high, 0, 1))}
+
+
 def preference_results(preferences: pl.DataFrame, confidence: float = 0.95, resamples: int = 2000,
                        seed: int = 0, clusters: dict[str, str] | None = None,
-                       collective_rubric: str | None = None) -> list[dict]:
+                       collective_rubric: str | None = None,
+                       lengths: dict[tuple[str, str, int], int] | None = None) -> list[dict]:
     """Per baseline: wins, ties and losses of MASCOT, its win rate with an interval over contexts, the
     position-consistency rate, the share of the judge's decisive verdicts (A or B) on the judged pairs that
     picked A (its position bias, 0.5 without one; both orders count), and the pairs left out because an
@@ -210,8 +251,15 @@ def preference_results(preferences: pl.DataFrame, confidence: float = 0.95, resa
         side_a = clustered_mean((decisive["winner"] == "A").cast(pl.Float64).to_list(),
                                 [cluster(c, c) for c in decisive["context_id"]], confidence, resamples, seed)
         rubrics = rows["rubric"].drop_nulls().unique().to_list() if "rubric" in rows.columns else []
+        keys = list(zip(judged["context_id"].to_list(), judged["seed"].to_list(), strict=True))
+        controlled = None
+        if lengths is not None and all(("mascot", c, s) in lengths and (baseline, c, s) in lengths for c, s in keys):
+            controlled = length_controlled_win_rate(
+                outcomes, [lengths["mascot", c, s] for c, s in keys], [lengths[baseline, c, s] for c, s in keys],
+                [cluster(c, c) for c, _ in keys], confidence, resamples, seed)
         results.append({"baseline": baseline, "failed_pairs": wide.height - judged.height,
                         "rubric": rubrics[0] if len(rubrics) == 1 else None, "collective_rubric": collective_rubric,
+                        "length_controlled": controlled,
                         "seeds": judged["seed"].n_unique(),
                         "position_consistency": consistent / judged.height if judged.height else None,
                         "side_a_share": {"share": side_a["value"], "n": side_a["n"], "ci_low": side_a["ci_low"],

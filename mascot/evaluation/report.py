@@ -50,7 +50,8 @@ def write_report(spec: ReportSpec, contexts: Artifact, scores: Artifact, convers
                             spec.resamples, spec.seed)
     clusters = dict(with_cluster(contexts.read_parquet()).select("context_id", "cluster").iter_rows())
     summary["preferences"] = preference_results(preferences.read_parquet(), spec.confidence, spec.resamples,
-                                                spec.seed, clusters, spec.collective_rubric)
+                                                spec.seed, clusters, spec.collective_rubric,
+                                                companion_words(conversations.read_parquet()))
     figures = write_figures(summary, out)
     written = {"eval/summary": write_json(summary, out / "summary.json"), **figures,
                "eval/report": write_text(report_markdown(summary, [a.path.name for a in figures.values()]),
@@ -306,10 +307,38 @@ def judges_of(config) -> dict[str, Any]:
             "heuristic_only": all(j.kind == "heuristic" for _, j in roles)}
 
 
+def _controlled(entry: dict[str, Any] | None) -> str:
+    if entry is None or entry["win_rate"] is None:
+        return "– (no spread of lengths)" if entry is not None else "–"
+    interval = "" if entry["ci_low"] is None else f" [{entry['ci_low']:.1%}, {entry['ci_high']:.1%}]"
+    return f"{entry['win_rate']:.1%}{interval}"
+
+
+def _ratio(entry: dict[str, Any] | None) -> str:
+    import math
+
+    if entry is None or entry["mean_log_length_ratio"] is None:
+        return "–"
+    return f"{math.exp(entry['mean_log_length_ratio']):.2f}×"
+
+
 def _share(share: dict[str, Any]) -> str:
     if share["share"] is None:
         return "– (0)"
     return f"{share['share']:.1%} [{share['ci_low']:.1%}, {share['ci_high']:.1%}] ({share['n']})"
+
+
+def companion_words(conversations) -> dict[tuple[str, str, int], int]:
+    """Each conversation's companion words (system, context, seed): the length the pairwise judge saw."""
+    from mascot.evaluation.metrics import words
+
+    totals: dict[tuple[str, str, int], int] = {}
+    for system, context, seed, role, text in conversations.select("system", "context_id", "seed", "role",
+                                                                   "text").iter_rows():
+        if role == "companion":
+            key = (system, context, seed)
+            totals[key] = totals.get(key, 0) + len(words(text or ""))
+    return totals
 
 
 def rubric_lines(preferences: list[dict[str, Any]]) -> list[str]:
@@ -347,13 +376,20 @@ def preference_markdown(summary: dict[str, Any]) -> list[str]:
     if judges["pairwise"] == "heuristic":
         lines += [("The heuristic pairwise judge compares scores, so it cannot favour a position: its consistency is "
                   "1 by construction, not a finding."), ""]
-    lines += [("| MASCOT against | pairs (contexts, seeds) | wins | ties | losses | win rate | position consistency | "
-              "side A (n) | failed pairs |"), "|---|---|---|---|---|---|---|---|---|"]
+    lines += [("Length-controlled: the win rate at equal length, the intercept of a least-squares fit of each pair's "
+               "outcome on log(MASCOT's companion words / the baseline's) [interval over clusters]; LLM judges "
+               "favour longer answers, and a group writes several turns per block where a single assistant writes "
+               "one. Words ratio: the geometric mean of MASCOT's words over the baseline's."), ""]
+    lines += [("| MASCOT against | pairs (contexts, seeds) | wins | ties | losses | win rate | length-controlled | "
+               "words ratio | position consistency | side A (n) | failed pairs |"),
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for entry in summary["preferences"]:
         rate = ("–" if entry["win_rate"] is None else
                 f"{entry['win_rate']:.1%} [{entry['ci_low']:.1%}, {entry['ci_high']:.1%}]")
         consistency = "–" if entry["position_consistency"] is None else f"{entry['position_consistency']:.1%}"
         lines.append(f"| {SYSTEMS[entry['baseline']].label} | {entry['n']} ({entry['contexts']}, {entry['seeds']}) | "
-                     f"{entry['wins']} | {entry['ties']} | {entry['losses']} | {rate} | {consistency} | "
+                     f"{entry['wins']} | {entry['ties']} | {entry['losses']} | {rate} | "
+                     f"{_controlled(entry.get('length_controlled'))} | {_ratio(entry.get('length_controlled'))} | "
+                     f"{consistency} | "
                      f"{_share(entry['side_a_share'])} | {entry['failed_pairs']} |")
     return [*lines, ""]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import numpy as np
 import polars as pl
 import pytest
 from chat_server import make_app
@@ -163,3 +164,27 @@ def test_a_group_is_weighed_against_a_single_assistant_by_the_neutral_rubric(tmp
     lines = rubric_lines(preference_results(tilted, resamples=100, collective_rubric=RUBRIC.name))
     assert any("Against Zero-Shot" in line and "favour the group by construction" in line for line in lines), lines
     assert set(neutral.criterion_ids) == {"felt_heard", "moved_forward", "safety", "on_topic"}
+
+
+def test_the_length_controlled_win_rate_is_the_win_rate_at_equal_length_by_hand():
+    """MASCOT wrote three times the baseline's words in three pairs and won them, a third of them in one and lost
+    it: the raw win rate is 0.75, but the fit through (ln 3, 1) and (-ln 3, 0) crosses equal length at 0.5."""
+    frame = pl.DataFrame([*rows("zero_shot", "a", 1, 1), *rows("zero_shot", "b", 1, 1), *rows("zero_shot", "c", 1, 1),
+                          *rows("zero_shot", "d", 0, 0)], schema=PREFERENCE_SCHEMA)
+    lengths = {**{("mascot", c, 0): 29 for c in "abc"}, **{("zero_shot", c, 0): 9 for c in "abc"},
+               ("mascot", "d", 0): 9, ("zero_shot", "d", 0): 29}  # (29 + 1) / (9 + 1) = 3
+    [result] = preference_results(frame, resamples=300, lengths=lengths)
+    controlled = result["length_controlled"]
+    assert result["win_rate"] == pytest.approx(0.75) and controlled["win_rate"] == pytest.approx(0.5)
+    assert controlled["slope"] == pytest.approx(1 / (2 * np.log(3)))
+    assert controlled["ci_low"] <= 0.5 <= controlled["ci_high"]
+    # Equal lengths everywhere: the intercept is not identified, and nothing is claimed.
+    flat = {key: 10 for key in lengths}
+    [result] = preference_results(frame, resamples=50, lengths=flat)
+    assert result["length_controlled"]["win_rate"] is None
+    assert preference_results(frame, resamples=50)[0]["length_controlled"] is None, "no lengths given"
+    from mascot.evaluation.report import companion_words
+
+    played = pl.DataFrame({"system": ["mascot"] * 3, "context_id": ["a"] * 3, "seed": [0] * 3,
+                           "role": ["companion", "user", "companion"], "text": ["one two", "not counted", "three"]})
+    assert companion_words(played) == {("mascot", "a", 0): 3}, "only the companions' words, as the judge weighs them"
