@@ -271,8 +271,8 @@ def splits_markdown(summary: dict[str, Any]) -> list[str]:
     if not lines:
         return []
     return ["## Splits", "", (f"Each evaluation set by the contexts' valence or meeting domain, where it has more "
-                              f"than one. A bucket of fewer than {MIN_SPLIT_CONTEXTS} contexts is not scored: it has no "
-                              "interval over contexts. MASCOT's paired differences within each bucket, every metric "
+                              f"than one. A bucket of fewer than {MIN_SPLIT_CONTEXTS} clusters (meetings, or contexts) is not "
+                              "scored: it has no interval over clusters. MASCOT's paired differences within each bucket, every metric "
                               "and their Holm-adjusted p are in summary.json (`splits`)."), "", *lines]
 
 
@@ -369,7 +369,7 @@ def preference_markdown(summary: dict[str, Any]) -> list[str]:
              (f"The pairwise judge ({judges['pairwise']}) compared MASCOT's conversation with each baseline's on "
              "the same context and seed, once with MASCOT first and once second. A pair is a win or a loss when "
              "both orders agree, else a tie; the win rate counts ties as half, with a "
-             f"{summary['confidence']:.0%} bootstrap interval over contexts; position consistency is the share of "
+             f"{summary['confidence']:.0%} bootstrap interval over clusters; position consistency is the share of "
              "pairs whose verdict survived the swap; side A is the share of the judge's decisive verdicts, in both "
              "orders, that picked the continuation shown first (0.5 without position bias), with its interval."), ""]
     lines += rubric_lines(summary["preferences"])
