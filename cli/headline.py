@@ -20,7 +20,7 @@ def headline_table(summary_path: Path) -> Table:
     columns = [("persona", metric) for metric in HEADLINE] + [("collective", "overall")]
     first = next(iter(entries.values()))
     table = Table(title=f"Evaluation of {summary['run']}: {first['contexts']} contexts, {len(summary['seeds'])} "
-                        f"seed(s), 0-100, mean [{summary['confidence']:.0%} interval over contexts]",
+                        f"seed(s), 0-100, mean [{summary['confidence']:.0%} interval over clusters]",
                   caption=f"judges: {', '.join(summary['judges']['persona'])}"
                           + (" (heuristic: pipeline checks, not research claims)"
                              if summary["judges"]["heuristic_only"] else ""))

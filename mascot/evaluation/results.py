@@ -27,6 +27,7 @@ from mascot.evaluation.statistics import (
 )
 
 REFERENCE = "mascot"
+COLLECTIVE = "collective"  # the level whose rubric only groups can score fairly
 SPLITS = ("valence", "meeting_type")  # Empathetic Dialogues by valence, QMSum by meeting domain
 MIN_SPLIT_CONTEXTS = 2  # a bucket of one context has no spread and no interval over contexts
 
@@ -80,10 +81,15 @@ def with_cluster(contexts: pl.DataFrame) -> pl.DataFrame:
 def _set_results(rows: pl.DataFrame, systems: list[str], confidence: float, resamples: int, seed: int) -> dict:
     """Summaries and comparisons whose unit of independence is the cluster (a meeting; else the context): intervals
     resample clusters, and comparisons pair two systems cluster by cluster."""
+    from mascot.evaluation.systems import SYSTEMS
+
     summaries, comparisons = [], []
     for (level, metric), metric_rows in rows.group_by("level", "metric", maintain_order=True):
         per_system = {}
-        for system in systems:
+        # The collective rubric scores a single voice low by construction ("one voice dominates"), so its scores
+        # and differences are reported among group systems only; a single assistant meets MASCOT on the persona
+        # level, the automatic metrics and the neutral pairwise rubric.
+        for system in [s for s in systems if level != COLLECTIVE or SYSTEMS[s].group]:
             own = metric_rows.filter(pl.col("system") == system)
             if own.is_empty():
                 continue

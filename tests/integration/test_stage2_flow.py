@@ -29,6 +29,7 @@ from stage1_runs import MASCOT, REPO, write_config
 from mascot.config import SamplingParams
 from mascot.dialogue.directives import director_messages
 from mascot.dialogue.turns import Turn
+from mascot.evaluation.systems import SYSTEMS
 from mascot.llm import TransformersBackend
 from mascot.roster import load_roster
 
@@ -197,7 +198,9 @@ def evaluation_report_is_complete(folder: Path, systems: list[str]) -> None:
             tables += 1
         elif re.fullmatch(r"\d+ \(\d+, 1\)", cells[1]):  # a system row: n (contexts, seeds)
             assert all(re.fullmatch(CELL, cell) for cell in cells[2:]), line
-    assert tables == 3 * 3 * (len(systems) - 1)  # three sets (all, held out, ESConv), three levels
+    # three sets (all, held out, ESConv), three levels; the collective level compares MASCOT with groups only
+    groups = [name for name in systems if SYSTEMS[name].group]
+    assert tables == 3 * (2 * (len(systems) - 1) + len(groups) - 1)
 
     # Head-to-head: the pairwise judge saw every pair in both orders, and every win rate has its interval.
     preferences = pl.read_parquet(folder / "preferences.parquet")

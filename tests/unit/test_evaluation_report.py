@@ -22,7 +22,7 @@ MASCOT = {"n1": 60, "n2": 70, "n3": 80, "p1": 40, "p2": 50, "u1": 90, "e1": 10, 
 
 def scores() -> pl.DataFrame:
     rows = []
-    for system, shift in (("mascot", 0), ("zero_shot", -10)):
+    for system, shift in (("mascot", 0), ("multi_agent", -10)):
         for context, value in MASCOT.items():
             for level in ("persona", "collective"):
                 rows.append({"system": system, "context_id": context, "seed": 0, "level": level, "metric": "overall",
@@ -31,7 +31,7 @@ def scores() -> pl.DataFrame:
 
 
 def test_each_bucket_is_scored_on_its_own_contexts():
-    splits = split_results(scores(), CONTEXTS, ["mascot", "zero_shot"], resamples=200)
+    splits = split_results(scores(), CONTEXTS, ["mascot", "multi_agent"], resamples=200)
     assert set(splits) == {"held_out"} and set(splits["held_out"]) == {"valence"}  # esconv has one valence
     buckets = splits["held_out"]["valence"]
     assert {value: bucket["contexts"] for value, bucket in buckets.items()} == {"negative": 3, "neutral": 1,
@@ -39,14 +39,14 @@ def test_each_bucket_is_scored_on_its_own_contexts():
     assert buckets["neutral"]["results"] is None  # one context: no interval over contexts
     negative = {(e["system"], e["level"]): e for e in buckets["negative"]["results"]["summaries"]}
     assert negative[("mascot", "persona")]["mean"] == pytest.approx(70.0)
-    assert negative[("zero_shot", "collective")]["mean"] == pytest.approx(60.0)
+    assert negative[("multi_agent", "collective")]["mean"] == pytest.approx(60.0)
     assert negative[("mascot", "persona")]["sd"] == pytest.approx(10.0) and negative[("mascot", "persona")]["contexts"] == 3
     [difference] = [c for c in buckets["positive"]["results"]["comparisons"] if c["level"] == "persona"]
-    assert difference["baseline"] == "zero_shot" and difference["mean"] == pytest.approx(10.0)
+    assert difference["baseline"] == "multi_agent" and difference["mean"] == pytest.approx(10.0)
 
 
 def test_the_report_shows_every_bucket_with_its_n_or_says_it_is_too_small():
-    summary = build_summary("r", ["mascot", "zero_shot"], [0], {
+    summary = build_summary("r", ["mascot", "multi_agent"], [0], {
         "persona": ["heuristic"], "collective": ["heuristic"], "pairwise": "heuristic", "shared_with_training": [],
         "heuristic_only": True}, CONTEXTS, scores(),
         pl.DataFrame({"role": ["companion"], "reasoning_marked": [None]}, schema_overrides={"reasoning_marked": pl.Boolean}),
@@ -87,5 +87,19 @@ def test_figures_are_pngs_of_every_level_and_the_ablations_and_the_report_embeds
     for artifact in figures.values():
         with Image.open(artifact.verified()) as image:
             assert image.format == "PNG" and image.width > 400 and image.height > 200
-    summary["systems"] = ["mascot", "zero_shot"]  # one ablation system alone: nothing to set beside MASCOT
+    summary["systems"] = ["mascot", "multi_agent"]  # one ablation system alone: nothing to set beside MASCOT
     assert "eval/figure_ablation" not in write_figures(summary, tmp_path / "no-ablation")
+
+
+def test_collective_scores_and_differences_are_among_group_systems_only():
+    """The collective rubric scores one voice low by construction: a single assistant is not scored or compared
+    on it, while it is on the persona level."""
+    frame = pl.concat([scores(), scores().filter(pl.col("system") == "multi_agent").with_columns(
+        system=pl.lit("zero_shot"))])
+    results = split_results(frame, CONTEXTS, ["mascot", "multi_agent", "zero_shot"], resamples=100)
+    negative = results["held_out"]["valence"]["negative"]["results"]
+    by_level = {(e["system"], e["level"]) for e in negative["summaries"]}
+    assert ("zero_shot", "persona") in by_level and ("zero_shot", "collective") not in by_level
+    assert ("multi_agent", "collective") in by_level
+    compared = {(c["baseline"], c["level"]) for c in negative["comparisons"]}
+    assert compared == {("multi_agent", "persona"), ("multi_agent", "collective"), ("zero_shot", "persona")}
