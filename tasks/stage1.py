@@ -26,7 +26,7 @@ from mascot.config import (
 from mascot.data import contexts as contexts_io
 from mascot.judges.panel import PanelSpec
 from mascot.queries import Queries
-from mascot.stage1 import before_after, candidates, judging, pairs, speaker
+from mascot.stage1 import before_after, candidates, judging, pairs, persona_swap, speaker
 from mascot.train.launch import launched
 from mascot.train.reward_model import train_reward_model
 from mascot.train.runtime import TrainingSetupError
@@ -79,8 +79,9 @@ def build_pairs(stage1: Stage1Config, queries: Queries, replies: Artifact, judgm
 
 @task(**CACHED, **REPORTED, **TRAINING_RETRIES, tags=["training"])
 def train_persona_rm(config: RewardModelConfig, pairs: Artifact, contexts: Artifact, out: Path) -> Artifact:
+    # Held-out pair accuracy compares replies under one persona; the swap test checks the model reads the persona.
     return launched(config, train_reward_model, config, pairs, contexts, keyed(out), group_by="persona",
-                    name="persona_rm")
+                    name="persona_rm", held_out_measures={"persona_swap": persona_swap.held_out_persona_swap})
 
 
 @task(**CACHED, **REPORTED, **TRAINING_RETRIES, tags=["training"])

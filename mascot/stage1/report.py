@@ -109,6 +109,8 @@ def wandb_metrics(summary: dict[str, Any], pairs: pl.DataFrame) -> dict[str, Any
         metrics["scores_by_persona"] = summary["scores_by_persona"]
     if "persona_rm" in summary:
         metrics["persona_rm/held_out_accuracy"] = summary["persona_rm"]["held_out"]["accuracy"]["value"]
+        if "persona_swap" in summary["persona_rm"]["held_out"]:
+            metrics["persona_rm/persona_swap_accuracy"] = summary["persona_rm"]["held_out"]["persona_swap"]["accuracy"]["value"]
     if "before_after" in summary:
         metrics["before_after"] = before_after_rows(summary["before_after"])
         for name, score in summary["before_after"]["scores"].items():
@@ -187,12 +189,28 @@ def reward_model_markdown(metrics: dict[str, Any], title: str = "Persona reward 
              f"Training-pair accuracy: {_interval(metrics['train']['accuracy'])}.", "",
              f"| {group} | held-out accuracy [95% Wilson CI] (n) |", "|---|---|"]
     lines += [f"| {persona} | {_interval(share)} |" for persona, share in held_out["by_persona"].items()]
+    if "persona_swap" in held_out:
+        lines += ["", *persona_swap_lines(held_out["persona_swap"])]
     if margin["n"]:
         lines += ["", (f"Held-out reward margin (chosen - rejected): mean {margin['mean']:.3f}, sd {margin['sd']:.3f}, "
                       f"median {margin['median']:.3f}, n={margin['n']}.")]
     lines += ["", (f"Trained {training['steps']} steps on {training['train_pairs']} pairs; "
                   f"{training['held_out_pairs']} pairs of {len(training['held_out_contexts'])} held-out contexts.")]
     return lines
+
+
+def persona_swap_lines(swap: dict[str, Any]) -> list[str]:
+    """The persona-swap test (`mascot.stage1.persona_swap`): its share with the Wilson interval over comparisons,
+    and the interval that resamples contexts."""
+    accuracy = swap["accuracy"]
+    if not accuracy["n"]:
+        return ["Persona-swap accuracy: n/a (n=0): no held-out context has pairs under two personas."]
+    by_persona = ", ".join(f"{persona} {_interval(share)}" for persona, share in swap["by_persona"].items())
+    return [(f"Persona-swap accuracy: {_interval(accuracy)}, 95% Wilson interval over comparisons: of "
+             f"{swap['replies']} held-out chosen replies, each scored under its own persona's prompt and under each "
+             "other persona's prompt of the same context, the share where its own persona scores higher; chance is "
+             f"50%. 95% bootstrap interval over contexts: {clustered_interval(swap['accuracy_by_context'])}."),
+            f"By persona: {by_persona}."]
 
 
 def speaker_markdown(metrics: dict[str, Any]) -> list[str]:

@@ -14,6 +14,7 @@ not a LoRA adapter: the whole network is trained, as the paper does for its rewa
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -88,12 +89,16 @@ def preference_records(pairs: pl.DataFrame) -> list[dict]:
 
 
 def train_reward_model(config: RewardModelConfig, pairs: Artifact, contexts: Artifact, out: Path, *,
-                       group_by: str, name: str) -> Artifact | None:
+                       group_by: str, name: str,
+                       held_out_measures: Mapping[str, Callable[[RewardModelScorer, pl.DataFrame], dict]] | None = None,
+                       ) -> Artifact | None:
     """Train on the pairs of training contexts, resuming from checkpoints; write the model and metrics.json.
 
     `pairs` has `query_id` (whose context part marks it held out or not), `prompt`, `chosen`,
     `rejected` and the `group_by` column that held-out accuracy is broken down by. `name` labels the
-    trainer's logs (`train/<name>/loss`) and the scorer.
+    trainer's logs (`train/<name>/loss`) and the scorer. Each of `held_out_measures` (module-level functions,
+    so that `accelerate launch` can pickle them) measures the trained model on the held-out pairs, and its
+    result joins metrics.json's `held_out` under its key: the persona reward model's persona-swap test, say.
     """
     require_torch()
     from datasets import Dataset
@@ -139,7 +144,8 @@ def train_reward_model(config: RewardModelConfig, pairs: Artifact, contexts: Art
         trained = RewardModelScorer(staging, name=name, device=trainer_device(config),
                                     chat_template_kwargs=config.chat_template_kwargs)
         metrics = {
-            "held_out": pair_accuracy(trained, eval_pairs, group_by),
+            "held_out": {**pair_accuracy(trained, eval_pairs, group_by),
+                         **{key: measure(trained, eval_pairs) for key, measure in (held_out_measures or {}).items()}},
             "train": pair_accuracy(trained, train_pairs, group_by),
             "training": {"steps": trainer.state.global_step, "resumed_from_step": resume.step,
                          "steps_run": trainer.state.global_step - resume.step,
