@@ -11,4 +11,6 @@ The tests run each check at a reduced budget (tests/unit/test_known_optima.py); 
 benchmarks/learning.py` runs them at their full budget and prints the figures.
 
 - `director_grpo`: check 1, the Director's GRPO alone (`mascot.train.grpo.train_grpo_policy`).
+- `speaker_persona`: check 3, the persona reward model (`mascot.train.reward_model.train_reward_model`) and the
+  Speaker's GRPO, on Stage 1's world judged by a planted persona judge.
 """

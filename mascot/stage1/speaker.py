@@ -18,11 +18,15 @@ from mascot.train.grpo import train_grpo_policy
 from mascot.train.runtime import TrainingSetupError, checkpoint_dir
 
 
+def speaker_prompts(queries: Queries) -> list[dict]:
+    """The Speaker's GRPO prompts: one record per query, its persona's speaker prompt over its context."""
+    return [{"prompt": speaker_messages(q.persona, q.context), "query_id": q.id, "persona": q.persona.id}
+            for q in queries.load()]
+
+
 def train_speaker(config: SpeakerConfig, queries: Queries, persona_rm: Artifact, out: Path) -> Artifact | None:
     """GRPO on the prompts of the training contexts' queries, resuming from checkpoints; write the adapter."""
-    training = queries.held_out(False)
-    prompts = [{"prompt": speaker_messages(q.persona, q.context), "query_id": q.id, "persona": q.persona.id}
-               for q in training.load()]
+    prompts = speaker_prompts(queries.held_out(False))
     if not prompts:
         raise TrainingSetupError(f"{queries.contexts.path} has no training context (every context is held out); "
                                  "add contexts (data.corpus.limit) or lower data.held_out_fraction")

@@ -8,6 +8,13 @@ from __future__ import annotations
 import pytest
 
 from mascot.known_optima.director_grpo import check_policy, run_director_check
+from mascot.known_optima.speaker_persona import (
+    build_speaker_world,
+    check_persona_rm,
+    check_reward_model,
+    check_speaker,
+    run_speaker_check,
+)
 from mascot.known_optima.stage2_chain import check_director, run_chain_check
 from mascot.roster import load_roster
 from mascot.train.tiny import resolve_tiny_models
@@ -16,6 +23,7 @@ pytestmark = pytest.mark.integration
 
 DIRECTOR_STEPS, DIRECTOR_SAMPLES = 30, 16
 CHAIN_STEPS, CHAIN_SAMPLES = 30, 8
+SPEAKER_STEPS, SPEAKER_SAMPLES, RM_EPOCHS = 20, 8, 1
 
 
 def test_director_grpo_moves_towards_a_planted_optimum_and_its_controls_do_not(tiny_models, tiny_config, tmp_path):
@@ -40,5 +48,37 @@ def test_stage2_learns_which_persona_fits_a_cue_from_a_planted_group_judge_and_i
     check = run_chain_check(profile, check_director(profile, CHAIN_STEPS), tmp_path,
                             samples_per_prompt=CHAIN_SAMPLES)
     report = "\n".join(check.lines())
+    assert [arm.arm for arm in check.arms] == ["planted", "flipped", "shuffled"]
+    assert check.passed, report
+
+
+# The tiny persona reward model does not learn the planted vocabularies: on the tiny LM's samples it memorises its
+# training pairs (91-100% training accuracy) and stays at chance on held-out ones (50-58%, with K up to 96 candidates
+# per query, learning rates 1e-4 to 1e-3, and a judge that pays own words only; 2026-12-06). strict: once a tiny
+# world in which the persona can be learned makes it pass, the mark must go.
+@pytest.mark.xfail(strict=True, reason="issue 33: the tiny persona RM stays at chance on held-out pairs of the "
+                   "planted persona judge (docs/stage1.md, known-optimum check 3)")
+def test_persona_rm_and_speaker_grpo_learn_a_planted_persona_vocabulary_and_their_controls_do_not(
+        tiny_models, tiny_config, tmp_path):
+    """Check 3: on Stage 1's world judged by a planted persona judge, the persona reward model reaches 90% held-out
+    pair accuracy and wins 80% of persona swaps; the Speaker's GRPO against it moves the held-out persona x
+    vocabulary table towards its diagonal, the sign flip away from it, and shuffled rewards leave it, each with a
+    95% interval over held-out contexts. The reward model is checked first: a Speaker rewarded by a reward model
+    that missed its persona proves nothing."""
+    roster = load_roster(tiny_config.data.roster)
+    generation = tiny_config.generation.model_copy(update={"model": str(tiny_models.lm)})
+    world = build_speaker_world(tiny_config.data, tiny_config.stage1, generation, roster, tmp_path / "world")
+    reward_model = check_reward_model(tiny_config.train.persona_rm, tiny_models.rm, epochs=RM_EPOCHS)
+    persona_rm = check_persona_rm(world, reward_model, tmp_path / "persona_rm")
+    report = "\n".join(persona_rm.lines())
+    print(report)
+    assert persona_rm.pair_accuracy_passed, report
+    assert persona_rm.swap_passed and persona_rm.swap["accuracy"]["n"] >= 20, report
+
+    policy = check_speaker(tiny_config.train.speaker, tiny_models.lm, SPEAKER_STEPS)
+    check = run_speaker_check(world, persona_rm, policy, tmp_path / "speaker", samples_per_prompt=SPEAKER_SAMPLES,
+                              chat_template_kwargs=reward_model.chat_template_kwargs)
+    report = "\n".join(check.lines())
+    print(report)
     assert [arm.arm for arm in check.arms] == ["planted", "flipped", "shuffled"]
     assert check.passed, report

@@ -1,4 +1,5 @@
-"""The parts of the known-optimum checks that need no model: the planted reward, its controls, the target."""
+"""The parts of the known-optimum checks that need no model: the planted rewards and judge, their controls, the
+target, the vocabulary table."""
 
 from __future__ import annotations
 
@@ -7,6 +8,13 @@ import json
 import pytest
 
 from mascot.known_optima.director_grpo import ArmResult, PlantedReward, director_world, pick_target, shares
+from mascot.known_optima.speaker_persona import (
+    ArmReward,
+    PlantedPersonaJudge,
+    diagonal_minus_off_diagonal,
+    lexicon_hits,
+    vocabulary_table,
+)
 from mascot.roster import load_roster
 
 
@@ -62,3 +70,57 @@ def test_world_holds_out_contexts_the_training_prompts_never_show(roster):
 def test_an_arm_passes_only_when_its_interval_says_what_it_must(expected, low, high, passed):
     arm = ArmResult("arm", expected, 0.3, 0.3, {"mean": (low + high) / 2, "ci_low": low, "ci_high": high, "n": 20})
     assert arm.passed is passed
+
+
+# Check 3: the planted persona judge, the reward model's reward with the arms' controls, the vocabulary table.
+
+def reply(text: str) -> list[dict]:
+    return [{"role": "assistant", "content": text}]
+
+
+def test_lexicon_hits_count_distinct_entries_as_whole_words_ignoring_case():
+    lexicon = ["feel", "feeling", "makes sense", "here"]
+    assert lexicon_hits("I Feel it. Feeling, feel, feel: that makes sense", lexicon) == 3
+    assert lexicon_hits("feelings are there; nowhere makes  sense", lexicon) == 0
+
+
+def test_planted_judge_pays_own_words_and_charges_other_personas_words(roster):
+    judge = PlantedPersonaJudge(roster)
+    text = "I hear you, and that is valid. A small step?"
+    assert judge.score(text, "anchor") == 2 - 2 and judge.score(text, "catalyst") == 2 - 2
+    assert judge.score("That sounds heavy; I hear you.", "anchor") == 3.0
+    assert judge.score("That sounds heavy; I hear you.", "beacon") == -3.0
+    with pytest.raises(ValueError, match="'nobody' is not an active persona"):
+        judge.score("anything", "nobody")
+
+
+def test_planted_judge_refuses_a_roster_whose_vocabularies_overlap(roster):
+    personas = [p.model_copy(update={"lexicon": [*p.lexicon, "shared"]}) if p.id in ("anchor", "beacon") else p
+                for p in roster.personas]
+    with pytest.raises(ValueError, match=r"'shared' belongs to both 'anchor' and 'beacon'"):
+        PlantedPersonaJudge(roster.model_copy(update={"personas": personas}))
+
+
+class FixedScorer:
+    __name__ = "persona_rm"
+
+    def __call__(self, prompts, completions, **_):
+        return [float(len(c[-1]["content"])) for c in completions]
+
+
+def test_arm_reward_keeps_the_reward_models_name_and_flips_or_shuffles_its_scores():
+    completions = [reply("a" * n) for n in range(1, 9)]
+    assert ArmReward(FixedScorer())([], completions) == [float(n) for n in range(1, 9)]
+    assert ArmReward(FixedScorer(), sign=-1.0)([], completions) == [-float(n) for n in range(1, 9)]
+    assert ArmReward(FixedScorer()).__name__ == "persona_rm"
+    shuffled = [ArmReward(FixedScorer(), shuffle_seed=0)([], completions) for _ in range(5)]
+    assert all(sorted(batch) == [float(n) for n in range(1, 9)] for batch in shuffled)
+    assert any(batch != [float(n) for n in range(1, 9)] for batch in shuffled)
+
+
+def test_diagonal_minus_off_diagonal_is_per_context_over_its_persona_prompts():
+    use = {"c1|anchor": {"anchor": 1.0, "catalyst": 0.5, "beacon": 0.0},
+           "c1|beacon": {"anchor": 0.2, "catalyst": 0.2, "beacon": 0.2},
+           "c2|catalyst": {"anchor": 1.0, "catalyst": 0.0, "beacon": 0.0}}
+    assert diagonal_minus_off_diagonal(use) == pytest.approx({"c1": (0.75 + 0.0) / 2, "c2": -0.5})
+    assert vocabulary_table(use)["anchor"] == {"anchor": 1.0, "catalyst": 0.5, "beacon": 0.0}
