@@ -3,8 +3,8 @@
     python benchmarks/safety.py [--split heldout|dev|all] [--rules FILE] [--moderation-recall 0.8]
                                 [--moderation-false-alarms 0.05] [--moderation-failures 0.02]
 
-It reads tests/data/crisis_screening.tsv (by default its `heldout` third, which no rule was written from) and
-measures two guards on it:
+It reads tests/data/crisis_screening.tsv (by default its `heldout` rows, which no rule was written from; between two
+blind sets there are none, and it says so) and measures two guards on it:
 
 1. **the rules alone** (`mascot/chat/safety.yaml`, or `--rules`);
 2. **rules + moderation**: the same rules, with the `llama_guard` moderation layer asking a loopback server that
@@ -69,7 +69,7 @@ def table(title: str, measurement: Measurement) -> None:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--split", choices=["heldout", "dev", "all"], default="heldout",
-                        help="which rows to measure (default: heldout, the third no rule was written from)")
+                        help="which rows to measure (default: heldout, the rows no rule was written from)")
     parser.add_argument("--rules", type=Path, default=DEFAULT_RULES, help="a rules file (default: the shipped one)")
     parser.add_argument("--moderation-recall", type=float, default=0.8)
     parser.add_argument("--moderation-false-alarms", type=float, default=0.05)
@@ -78,6 +78,10 @@ async def main() -> None:
 
     rules = load_rules(args.rules)
     rows = [row for row in read_screening_set(SCREENING_SET) if args.split in ("all", row.split)]
+    if not rows:
+        # Between two blind held-out sets the file has none: the last one was read to write rules, so it is dev.
+        parser.exit(2, f"{SCREENING_SET.relative_to(REPO)} has no {args.split} rows (a spent held-out set is moved "
+                       f"to dev, and a new blind one replaces it); measure the dev rows with --split dev\n")
     labels = {row.message: row.label for row in rows}
     print(f"{len(rows)} messages ({args.split}) from {SCREENING_SET.relative_to(REPO)}; rules {args.rules}")
 

@@ -39,28 +39,130 @@ def screening_measurement(rules, split="dev"):
     return measure(rows, lambda message: bool(crisis_rules(message, rules)))
 
 
-def test_the_rules_hold_their_floor_on_the_screening_set():
-    """On the rows they were written from: recall of at least 95% on crisis messages and at least 90% in every
-    category; at most 10% false alarms on near-misses and none on ordinary messages. The held-out rows are
-    measured by benchmarks/safety.py (far lower: docs/chat.md says so), and only held to not falling below that
-    measurement here."""
-    measured = screening_measurement(RULES)
+# What the shipped rules must hold on the rows they were written from (the dev rows, 286 since round 2 of the
+# rules: at this commit they flag all 160 crisis rows, and none of the 90 near-misses or 36 ordinary messages).
+DEV_FLOOR = {"crisis": 0.98, "category": 0.95, "near_miss": 0.05}
+
+
+def below_the_dev_floor(measured) -> list[str]:
+    """Where a measurement of the dev rows falls below the floor, one line each; none when it holds."""
     misses = [f"[{row.category}] {row.message}" for row in measured.misses]
-    assert measured.rate("crisis").value >= 0.95, misses
-    for (label, category), rate in measured.by_category.items():
-        if label == "crisis":
-            assert rate.value >= 0.90, (category, rate, misses)
+    alarms = [f"[{row.label}/{row.category}] {row.message}" for row in measured.false_alarms]
+    failures = []
+    if measured.rate("crisis").value < DEV_FLOOR["crisis"]:
+        failures.append(f"crisis recall {measured.rate('crisis')} < {DEV_FLOOR['crisis']:.0%}: {misses}")
+    for (label, category), rate in sorted(measured.by_category.items()):
+        if label == "crisis" and rate.value < DEV_FLOOR["category"]:
+            failures.append(f"crisis / {category} recall {rate} < {DEV_FLOOR['category']:.0%}")
+    if measured.rate("near_miss").value > DEV_FLOOR["near_miss"]:
+        failures.append(f"near-miss false alarms {measured.rate('near_miss')} > {DEV_FLOOR['near_miss']:.0%}: {alarms}")
+    if measured.rate("ordinary").k:
+        failures.append(f"ordinary false alarms {measured.rate('ordinary')}: {alarms}")
+    return failures
+
+
+def test_the_rules_hold_their_floor_on_the_dev_rows():
+    """On the rows they were written from: at least 98% recall on crisis messages and 95% in every category, at
+    most 5% false alarms on near-misses and none on ordinary messages."""
+    measured = screening_measurement(RULES)
+    assert below_the_dev_floor(measured) == []
+    assert set(CSSRS) <= {category for label, category in measured.by_category if label == "crisis"}
+
+
+def test_the_rules_hold_the_acceptance_on_the_heldout_rows():
+    """On rows written blind, which no rule was written from (issue 31's acceptance): at least 95% recall on crisis
+    messages, at most 10% false alarms on near-misses, none on ordinary messages. A held-out set that was read to
+    write rules is moved to dev, so between two sets the file has none."""
+    if not any(row.split == "heldout" for row in read_screening_set(SCREENING_SET)):
+        pytest.skip(f"{SCREENING_SET.name} has no heldout rows: the last blind set was spent (moved to dev) and a new "
+                    "one has not been added yet")
+    measured = screening_measurement(RULES, "heldout")
+    misses = [f"[{row.category}] {row.message}" for row in measured.misses]
     alarms = [f"[{row.category}] {row.message}" for row in measured.false_alarms]
+    assert measured.rate("crisis").value >= 0.95, misses
     assert measured.rate("near_miss").value <= 0.10, alarms
     assert measured.rate("ordinary").k == 0, alarms
-    assert set(CSSRS) <= {category for label, category in measured.by_category if label == "crisis"}
-    heldout = screening_measurement(RULES, "heldout")
-    assert heldout.rate("crisis").k >= 32 and heldout.rate("ordinary").k == 0  # as measured at this commit
 
 
-def test_a_category_taken_out_of_the_rules_fails_the_floor():
-    without_plan = RULES.model_copy(update={"crisis": {k: v for k, v in RULES.crisis.items() if k != "plan"}})
-    assert screening_measurement(without_plan).by_category[("crisis", "plan")].value < 0.90
+@pytest.mark.parametrize("category", list(RULES.crisis))
+def test_a_category_taken_out_of_the_rules_fails_the_floor(category):
+    """The floor is a check that can fail: without any one category's patterns, that category falls below it."""
+    without = RULES.model_copy(update={"crisis": {k: v for k, v in RULES.crisis.items() if k != category}})
+    assert any(failure.startswith(f"crisis / {category} ") for failure in below_the_dev_floor(
+        screening_measurement(without)))
+
+
+# Phrasings written while generalising the rules (round 2), beyond the screening set's rows: the ways people say
+# each class in a chat, and everyday messages that share its words.
+BEYOND_THE_SET_CRISIS = [
+    "i dont wanna be here anymore tbh",
+    "my family would be better without me",
+    "i just want it all to end",
+    "honestly id be fine if i just never woke up again",
+    "i dont see myself being alive by 30 and im kind of ok with that",
+    "not gonna lie the idea of not existing sounds really nice lately",
+    "i cant do this anymore. im so tired of everything",
+    "thinking about sewerslide again lol",
+    "ngl been thinking about offing myself",
+    "part of me wants to end it",
+    "the bridge near my house keeps calling me",
+    "i keep picturing myself jumping from the 10th floor",
+    "how many advil would it take to not wake up",
+    "i took too many pills",
+    "by the time you read this ill be gone",
+    "thank you for trying to help. goodbye",
+    "i cant promise ill be safe tonight",
+    "ive got the pills and im going to take them tonight",
+    "im at the bridge now",
+    "ive set the date",
+    "i wrote goodbye on my mirror",
+    "ive been giving my stuff away, i wont be around to look after it",
+    "made sure my cat will have a home after",
+    "relapsed last night",
+    "i shd again",
+    "i want to cut so bad",
+    "my arms are covered in cuts",
+    "my partner controls everything and hits me if i dont listen",
+    "he put his hands around my throat",
+    "my moms new husband hurts me when shes at work",
+    "im scared to go home",
+]
+BEYOND_THE_SET_NOT_CRISIS = [
+    "i literally want to die, my crush saw my tiktok lmao",
+    "if i have to sit through another lecture i will jump out the window lol",
+    "i'd rather die than wear crocs",
+    "my mum is going to kill me when she sees my grades",
+    "im going to do it! applying for the job tomorrow",
+    "i made up my mind, im quitting my job",
+    "we ended things last month and im still sad",
+    "i cant do this math homework anymore",
+    "i don't want to be here, this party is so boring",
+    "i won't be here next week, i'm on holiday",
+    "i could sleep forever after that shift",
+    "i keep all my pills in a weekly organiser",
+    "i bought a rope for my climbing class",
+    "i hit my head on the cupboard door",
+    "i relapsed and had a cigarette",
+    "i'm giving away my old clothes to charity",
+    "i made a will because i just had a baby",
+    "my sister hit me with a pillow lol",
+    "i don't feel safe driving in the snow",
+    "bye guys, off to bed",
+    "what are the signs of an overdose",
+    "if someone tells me they're suicidal what should i say",
+    "i haven't self harmed in 3 years and i'm really proud of myself",
+    "6 years ago today i tried to take my life. now i have a beautiful daughter",
+]
+
+
+@pytest.mark.parametrize("message", BEYOND_THE_SET_CRISIS)
+def test_phrasings_beyond_the_set_are_caught(message):
+    assert screen_message(message, RULES).crisis, message
+
+
+@pytest.mark.parametrize("message", BEYOND_THE_SET_NOT_CRISIS)
+def test_everyday_phrasings_beyond_the_set_pass(message):
+    assert screen_message(message, RULES).rules == [], message
 
 
 @pytest.mark.parametrize("category, message", [
