@@ -143,6 +143,12 @@ BEYOND_THE_SET_CRISIS = [
     "its weird i feel calm now that i've decided",
     "it's been getting worse at home, he broke my wrist last week and said i fell",
     "i dont belong in this world",
+    "tbh if a bus took me out tomorrow i'd be kinda relieved",
+    "i've stopped caring whether i live or die",
+    "i bought a hose for the car exhaust",
+    "i have a stash of oxycodone hidden in my closet",
+    "i've made a list of who gets what",
+    "my dad said he's going to break my legs if i come home late again",
 ]
 BEYOND_THE_SET_NOT_CRISIS = [
     "i literally want to die, my crush saw my tiktok lmao",
@@ -181,6 +187,12 @@ BEYOND_THE_SET_NOT_CRISIS = [
     "i know which bridge to take to get to the airport",
     "he broke my phone and i'm furious",
     "i don't belong here, everyone at this school is so rich",
+    "ugh, still here at the office at 9pm",
+    "i'm just waiting for it to be over so i can go home",
+    "my friend said she'd kill me if i spoiled the show lol",
+    "everyone in my family would be happier if i moved out honestly lol",
+    "can't wait to die my hair pink",
+    "i stood on the edge of the cliff for a photo, the view was amazing",
 ]
 
 
