@@ -154,6 +154,11 @@ BEYOND_THE_SET_CRISIS = [
     "I am experiencing domestic abuse and do not know where to turn.",
     "i'm gonna swallow everything in the medicine cabinet",
     "i used to want to die, and i am now in a dark place",
+    "plz help i wanna end my lyf",
+    "i wnt to die",
+    "i'm planning my exit",
+    "i've been hoarding my xanax",
+    "i cut and i cant stop",
 ]
 BEYOND_THE_SET_NOT_CRISIS = [
     "i literally want to die, my crush saw my tiktok lmao",
