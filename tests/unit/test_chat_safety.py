@@ -206,6 +206,9 @@ BEYOND_THE_SET_NOT_CRISIS = [
     "Several years ago I was admitted to hospital following an overdose. I am now in stable health.",
     "I attempted suicide once, a long time ago. I am now a mental health nurse.",
     "i tried to kill myself when i was 15 and honestly i'm so glad it didn't work, life's good now",
+    "i feel invisible at home, nobody notices when i'm gone for the weekend",
+    "my exam is tomorrow and i feel like i'm going to die of nerves",
+    "i'm so done with everything today, what a terrible monday",
 ]
 
 
