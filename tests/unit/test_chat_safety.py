@@ -159,6 +159,10 @@ BEYOND_THE_SET_CRISIS = [
     "i'm planning my exit",
     "i've been hoarding my xanax",
     "i cut and i cant stop",
+    "i've been looking at the train times so i know when the fast ones pass",
+    "i sit by the river at night and think about walking in",
+    "everyone's away on saturday so that's the day",
+    "giving my collection to my nephew, he'll look after it when i'm not around",
 ]
 BEYOND_THE_SET_NOT_CRISIS = [
     "i literally want to die, my crush saw my tiktok lmao",
@@ -209,6 +213,9 @@ BEYOND_THE_SET_NOT_CRISIS = [
     "i feel invisible at home, nobody notices when i'm gone for the weekend",
     "my exam is tomorrow and i feel like i'm going to die of nerves",
     "i'm so done with everything today, what a terrible monday",
+    "the express trains pass through my town every hour",
+    "i know how many i need to take, the doctor said two a day",
+    "i apologised to everyone at the meeting",
 ]
 
 
