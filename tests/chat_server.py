@@ -31,6 +31,11 @@ that kills a client while its requests are held knows that no answer was on its 
 
 Other endpoints: `GET /health` and `GET /v1/models`. Importable from tests (`from chat_server
 import make_app`) and served with tests/loopback_servers.serve.
+
+As vLLM (`served`, tests/served_models.py): it serves a named base model and LoRA adapters, loaded at start
+(`--lora-modules`) or at runtime (`/v1/load_lora_adapter`, where VLLM_ALLOW_RUNTIME_LORA_UPDATING is set), refuses
+other model names as vLLM does, and answers either with simulated words seeded by the adapter's content too, or
+with the tiny models themselves (`TransformersEngine`). `/stats` then counts requests by model (`by_model`).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import os
 import random
 import re
 import time
@@ -49,6 +55,7 @@ from dataclasses import asdict, dataclass, field
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from served_models import ServedModels, add_lora_routes, unknown_model
 
 DEFAULT_MODEL = "sim-chat"
 DEFAULT_MAX_TOKENS = 16
@@ -72,11 +79,11 @@ VOCABULARY = tuple(_WORDS.split())
 
 
 def completion_text(messages: object, seed: object, index: int, temperature: object, top_p: object,
-                    max_tokens: int, schema: dict | None = None) -> str:
+                    max_tokens: int, schema: dict | None = None, adapter: str | None = None) -> str:
     """Choice `index` of a request: `max_tokens` vocabulary words, or a JSON object valid under `schema`,
-    the same for the same inputs."""
-    key = json.dumps([messages, seed, index, temperature, top_p, max_tokens], sort_keys=True,
-                     separators=(",", ":"), ensure_ascii=False)
+    the same for the same inputs (`adapter`: the digest of the LoRA adapter that answers, if one does)."""
+    parts = [messages, seed, index, temperature, top_p, max_tokens, *([adapter] if adapter else [])]
+    key = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     rng = random.Random(int.from_bytes(hashlib.sha256(key.encode()).digest(), "big"))
     if schema is not None:
         return json.dumps(structured_value(schema, rng, max_tokens))
@@ -118,6 +125,7 @@ class Stats:
     answered_again: int = 0  # answers to a body answered before: a request paid for twice
     abandoned: int = 0  # requests whose client was gone (killed, say) when the answer was ready
     authorized: dict[str, int] = field(default_factory=dict)  # requests by the API key they bore (with api_keys)
+    by_model: dict[str, int] = field(default_factory=dict)  # chat requests by the model they named
     seen: set[str] = field(default_factory=set)
     answered_bodies: set[str] = field(default_factory=set)
 
@@ -131,14 +139,18 @@ def _error(status: int, message: str) -> JSONResponse:
 
 def make_app(model: str = DEFAULT_MODEL, seconds_per_token: float = 0.03, seconds_per_request: float = 0.0,
              structured_output: bool = True, api_keys: set[str] | None = None,
-             moderator: Callable[[str], str] | None = None) -> FastAPI:
+             moderator: Callable[[str], str] | None = None, served: ServedModels | None = None) -> FastAPI:
     """The server's app; its counters are `app.state.stats`. With `structured_output=False` it ignores
     `response_format` and answers in words, as a server without guided decoding does. With `api_keys`, a
     request must bear one of them (`Authorization: Bearer <key>`), as a paid API's must; others get 401.
-    With `moderator`, it also plays a moderation model (`add_moderation`)."""
+    With `moderator`, it also plays a moderation model (`add_moderation`). With `served`, it plays vLLM
+    serving that base model and its LoRA adapters (tests/served_models.py); `app.state.served` is it."""
     app = FastAPI(title="simulated chat server")
     if moderator is not None:
         add_moderation(app, moderator)
+    app.state.served = served
+    if served is not None:
+        add_lora_routes(app, served)
     app.state.stats = Stats()
     app.state.answering = asyncio.Event()  # cleared by POST /hold: answers wait until POST /release
     app.state.answering.set()
@@ -149,6 +161,8 @@ def make_app(model: str = DEFAULT_MODEL, seconds_per_token: float = 0.03, second
 
     @app.get("/v1/models")
     async def models() -> dict:
+        if served is not None:
+            return {"object": "list", "data": served.cards()}
         return {"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "simulated"}]}
 
     @app.get("/stats")
@@ -187,18 +201,23 @@ def make_app(model: str = DEFAULT_MODEL, seconds_per_token: float = 0.03, second
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_TOKENS
         if not isinstance(n, int) or n < 1 or not isinstance(max_tokens, int) or max_tokens < 1:
             return _error(400, f"'n' and 'max_tokens' must be positive integers, got {n!r} and {max_tokens!r}")
+        if served is not None and not served.knows(body.get("model")):
+            return unknown_model(body.get("model"))
+        lora = served.adapter(body["model"]) if served is not None else None
 
         stats = app.state.stats  # a reset while this request is in flight does not count it in the new stats
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         stats.repeated += canonical in stats.seen
         stats.seen.add(canonical)
         stats.requests += 1
+        stats.by_model[str(body.get("model"))] = stats.by_model.get(str(body.get("model")), 0) + 1
         stats.in_flight += 1
         stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
         if stats.first_request_at is None:
             stats.first_request_at = time.time()
         if body.get("stream"):
-            return StreamingResponse(streamed(body, stats, canonical, max_tokens), media_type="text/event-stream")
+            return StreamingResponse(streamed(body, stats, canonical, max_tokens, lora and lora.digest),
+                                     media_type="text/event-stream")
         try:
             # One batched decode for all n choices.
             await asyncio.sleep(seconds_per_request + max_tokens * seconds_per_token)
@@ -211,12 +230,13 @@ def make_app(model: str = DEFAULT_MODEL, seconds_per_token: float = 0.03, second
             response_format = body.get("response_format") or {}
             schema = response_format.get("json_schema", {}).get("schema") \
                 if structured_output and response_format.get("type") == "json_schema" else None
-            choices = [
-                {"index": i, "finish_reason": "stop" if schema else "length", "logprobs": None,
-                 "message": {"role": "assistant", "content": completion_text(messages, seed, i, temperature, top_p,
-                                                                             max_tokens, schema)}}
-                for i in range(n)
-            ]
+            if served is not None and served.engine is not None:  # the model itself answers (no guided decoding)
+                texts = await served.engine.complete(lora and lora.path, messages, n, body)
+            else:
+                texts = [completion_text(messages, seed, i, temperature, top_p, max_tokens, schema,
+                                         lora and lora.digest) for i in range(n)]
+            choices = [{"index": i, "finish_reason": "stop" if schema else "length", "logprobs": None,
+                        "message": {"role": "assistant", "content": text}} for i, text in enumerate(texts)]
             prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages if isinstance(m, dict))
             stats.answered += 1
             stats.answered_again += canonical in stats.answered_bodies
@@ -234,13 +254,13 @@ def make_app(model: str = DEFAULT_MODEL, seconds_per_token: float = 0.03, second
             stats.in_flight -= 1
             stats.last_response_at = time.time()
 
-    async def streamed(body: dict, stats: Stats, canonical: str, max_tokens: int):
+    async def streamed(body: dict, stats: Stats, canonical: str, max_tokens: int, adapter: str | None):
         """Choice 0 as server-sent chunks, a word every `seconds_per_token`, then `[DONE]`, as vLLM streams."""
         try:
             await asyncio.sleep(seconds_per_request)
             await app.state.answering.wait()
             text = completion_text(body["messages"], body.get("seed"), 0, body.get("temperature"), body.get("top_p"),
-                                   max_tokens)
+                                   max_tokens, adapter=adapter)
             chunk = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
                      "created": int(time.time()), "model": body.get("model") or model}
             for index, word in enumerate(text.split(" ")):
@@ -328,8 +348,17 @@ def main() -> None:
     parser.add_argument("--seconds-per-token", type=float, default=0.03, help="simulated decode time per token")
     parser.add_argument("--seconds-per-request", type=float, default=0.0, help="fixed latency of every request")
     parser.add_argument("--model", default=DEFAULT_MODEL, help="the served model name")
+    parser.add_argument("--lora-modules", nargs="*", default=[], metavar="NAME=PATH",
+                        help="LoRA adapters served from the start, as vLLM's; with them, or with "
+                        "VLLM_ALLOW_RUNTIME_LORA_UPDATING set, the server plays vLLM (tests/served_models.py)")
     args = parser.parse_args()
-    app = make_app(args.model, args.seconds_per_token, args.seconds_per_request)
+    runtime = os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "").lower() in ("1", "true")
+    served = ServedModels(args.model, allow_runtime_lora=runtime) if runtime or args.lora_modules else None
+    for module in args.lora_modules:
+        name, _, path = module.partition("=")
+        if served.add(name, path) is None:
+            parser.error(f"--lora-modules {module}: no adapter (adapter_config.json) in {path}")
+    app = make_app(args.model, args.seconds_per_token, args.seconds_per_request, served=served)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
 
 
