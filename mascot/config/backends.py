@@ -42,9 +42,20 @@ class BackendConfig(Section):
     max_retries: int = Field(default=4, ge=0, description="Retries with exponential backoff per request.")
     device: Device = Field(default="auto", description="transformers backend: 'auto', 'cpu', 'cuda', 'cuda:1'...")
     params: SamplingParams = Field(default_factory=SamplingParams, description="Default sampling parameters.")
+    load_adapter: bool = Field(
+        default=False, description="openai, for a trained role (stage2.speaker, eval.speaker, eval.director, chat's): "
+        "the flow loads the run's adapter into the server (vLLM's /v1/load_lora_adapter) as <role>-<its hash> "
+        "before the first request, and `model` is the server's base model. Without it, `model` names a LoRA module "
+        "the server already serves (--lora-modules).")
+    adapter_sha256: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{64}$", description="Set by the flow, not in a config: the content hash of "
+        "the adapter a served name stands for, part of every request's cache key.")
 
     @model_validator(mode="after")
     def _fields_fit_kind(self) -> BackendConfig:
+        if self.kind != "openai" and self.load_adapter:
+            raise FieldError("load_adapter", f"'load_adapter' loads an adapter into an OpenAI-compatible server (vLLM); "
+                                             f"kind: {self.kind} cannot load one")
         if self.kind != "transformers" and "max_batch" in self.model_fields_set:
             raise FieldError("max_batch", f"'max_batch' is for kind: transformers; a {self.kind} server batches by itself")
         if self.kind == "transformers":

@@ -33,6 +33,8 @@ def make_backend(config: BackendConfig, *, cache: RequestCache | None = None) ->
             timeout_s=config.timeout_s,
             max_retries=config.max_retries,
         )
+        # The served adapter's content, in every request's cache key (mascot.llm.served_adapters).
+        backend.adapter_fingerprint = config.adapter_sha256
     elif config.kind in VENDOR_KINDS:
         backend = _vendor_backend(config)
     else:

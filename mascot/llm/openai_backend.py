@@ -50,6 +50,7 @@ class OpenAIBackend(RemoteBackend):
     """
 
     kind = "openai"
+    adapter_fingerprint: str | None = None  # the served adapter's SHA-256, for the request cache's key
     default_url = "https://api.openai.com/v1"
     vendor_domain = "openai.com"
     default_key_envs = ("OPENAI_API_KEY",)

@@ -1,0 +1,130 @@
+"""Trained adapters on an OpenAI-compatible server (vLLM): registered at runtime under names that carry their
+content hash, or checked where a person serves them, and in every request's cache key either way.
+
+A served role (Stage 2's Speaker, the evaluation's trained roles, the chat's) talks to a LoRA module of the
+server. `serve_adapter` turns the role's configured backend into the one its requests use:
+
+- `load_adapter: true`: the run's adapter is loaded into the server through vLLM's dynamic LoRA endpoint
+  (`POST /v1/load_lora_adapter`, which vLLM has only with VLLM_ALLOW_RUNTIME_LORA_UPDATING set) as
+  `<role>-<first 8 hex digits of its SHA-256>`, `/v1/models` must then list it, and the role's other names
+  loaded from this run's folder (an adapter retrained since) are unloaded. A retrained adapter is a new name, so
+  no request can reach the old one, and no person restarts a server between stages.
+- otherwise `model` names a module served by hand (`vllm serve ... --lora-modules speaker=<folder>`), and
+  `/v1/models` must list it before any request is made.
+
+Either way the returned backend carries the adapter's SHA-256 (`adapter_sha256`), which the request cache keys
+every request by: a retrained adapter served under an old name is never answered from the old one's records.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+
+from mascot.artifacts import Artifact
+from mascot.config import BackendConfig
+
+RUNTIME_VARIABLE = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+TIMEOUT_S = 60.0  # loading an 8B model's adapter reads its weights from disk
+
+
+class AdapterServingError(RuntimeError):
+    """A server cannot serve a role's adapter as the config asks."""
+
+
+def served_name(role: str, adapter: Artifact) -> str:
+    """The role's name on the server: `speaker-3f9c1a2b`, from the adapter's content hash."""
+    return f"{role}-{adapter.sha256[:8]}"
+
+
+def serve_adapter(config: BackendConfig, role: str, adapter: Artifact, run_root: Path) -> BackendConfig:
+    """The backend that `role`'s requests use: `config` pointing at `adapter` on its server, loaded there first
+    where the config asks for it (see the module docstring). In-process backends are returned as they are:
+    they read the adapter's folder, and their cache key fingerprints it."""
+    if config.kind != "openai" or config.adapter_sha256 is not None:
+        return config
+    server = ServerModels(config)
+    if not config.load_adapter:
+        if config.model not in server.names():
+            raise AdapterNotServed.by_hand(config, role, adapter, server)
+        return config.model_copy(update={"adapter_sha256": adapter.sha256})
+    name, folder = served_name(role, adapter), adapter.verified().resolve()
+    if name not in server.names():
+        server.load(name, folder, config, role)
+        if name not in server.names():
+            raise AdapterServingError(f"{server.url} answered that it loaded {name} from {folder}, but /v1/models "
+                                      "does not list it; is base_url a load balancer over several servers?")
+    for stale in server.retired(role, name, run_root.resolve()):
+        server.unload(stale)
+    return config.model_copy(update={"model": name, "adapter_sha256": adapter.sha256, "load_adapter": False})
+
+
+class AdapterNotServed(AdapterServingError):
+    @classmethod
+    def by_hand(cls, config: BackendConfig, role: str, adapter: Artifact, server: ServerModels) -> AdapterNotServed:
+        return cls(f"the server at {server.url} does not serve {config.model!r}, the {role} adapter this config "
+                   f"names (it serves: {', '.join(server.names()) or 'nothing'}). Serve the run's adapter as it: "
+                   f"`{vllm_command(config, role, adapter, config.model)}`, or set load_adapter: true and start "
+                   f"the server with {RUNTIME_VARIABLE}=True, so that the flow loads it")
+
+
+def vllm_command(config: BackendConfig, role: str, adapter: Artifact, name: str | None = None) -> str:
+    """The command that serves `adapter` by hand, under `name`."""
+    return (f"vllm serve {config.model if config.load_adapter else '<base model>'} --enable-lora "
+            f"--lora-modules {name or served_name(role, adapter)}={adapter.path}")
+
+
+class ServerModels:
+    """The models an OpenAI-compatible server lists, and vLLM's endpoints that load and unload LoRA adapters."""
+
+    def __init__(self, config: BackendConfig):
+        from mascot.llm.openai_backend import OpenAIBackend  # its key and URL rules, not its SDK's client
+
+        backend = OpenAIBackend(config.model, base_url=config.base_url, api_key_env=config.api_key_env)
+        self.root, self.url = backend.endpoint.rstrip("/"), backend.url
+        self.headers = {"Authorization": f"Bearer {backend._api_key()}"}
+
+    def _request(self, method: str, path: str, **body) -> httpx.Response:
+        try:
+            return httpx.request(method, f"{self.root}{path}", headers=self.headers, timeout=TIMEOUT_S, **body)
+        except httpx.HTTPError as exc:
+            raise AdapterServingError(f"the server at {self.url} is unavailable ({exc}); start it before the "
+                                      "run, or check base_url") from exc
+
+    def cards(self) -> list[dict]:
+        response = self._request("GET", "/models")
+        if response.status_code != 200:
+            raise AdapterServingError(f"{self.url}/models answered HTTP {response.status_code}: {response.text[:300]}")
+        return list(response.json().get("data") or [])
+
+    def names(self) -> list[str]:
+        return [str(card.get("id")) for card in self.cards()]
+
+    def load(self, name: str, folder: Path, config: BackendConfig, role: str) -> None:
+        response = self._request("POST", "/load_lora_adapter", json={"lora_name": name, "lora_path": str(folder)})
+        if response.status_code == 404 and response.text.startswith('{"detail":"Not Found"'):  # no such route
+            raise AdapterServingError(
+                f"the server at {self.url} does not load LoRA adapters at runtime, so the flow cannot give it the "
+                f"{role} adapter {folder}. Restart it so that it does: `{RUNTIME_VARIABLE}=True vllm serve "
+                f"{config.model} --enable-lora`; or serve the adapter yourself: `vllm serve {config.model} "
+                f"--enable-lora --lora-modules {name}={folder}`, and set this role's model to {name} without "
+                "load_adapter")
+        if response.status_code != 200 and "already been loaded" not in response.text:  # a resume, or another run
+            raise AdapterServingError(f"the server at {self.url} could not load the {role} adapter {folder} as "
+                                      f"{name}: HTTP {response.status_code}: {response.text[:500]}")
+
+    def retired(self, role: str, keep: str, run_root: Path) -> list[str]:
+        """The role's other names that this run loaded (their folders lie in its run directory): adapters it no
+        longer uses. Other runs' adapters on a shared server are left alone."""
+        pattern = re.compile(rf"{re.escape(role)}-[0-9a-f]{{8}}")
+        return [str(card["id"]) for card in self.cards()
+                if card.get("id") != keep and pattern.fullmatch(str(card.get("id")))
+                and Path(str(card.get("root") or "/")).is_relative_to(run_root)]
+
+    def unload(self, name: str) -> None:
+        response = self._request("POST", "/unload_lora_adapter", json={"lora_name": name})
+        if response.status_code not in (200, 404):  # 404: gone already
+            raise AdapterServingError(f"the server at {self.url} could not unload {name}: HTTP "
+                                      f"{response.status_code}: {response.text[:500]}")

@@ -1,0 +1,81 @@
+"""Adapters on the serving engine (mascot.llm.served_adapters), against the chat server playing vLLM: loaded at
+runtime under a name that carries their hash, checked where served by hand, and refused with what to do."""
+
+from __future__ import annotations
+
+import pytest
+from chat_server import make_app
+from loopback_servers import serve
+from served_models import ServedModels, random_adapter
+
+from mascot.artifacts import Artifact, path_sha256
+from mascot.config import BackendConfig
+from mascot.llm.served_adapters import AdapterServingError, serve_adapter
+
+
+def artifact(folder) -> Artifact:
+    return Artifact(path=folder, sha256=path_sha256(folder))
+
+
+def role(url: str, **fields) -> BackendConfig:
+    return BackendConfig(kind="openai", base_url=f"{url}/v1", **{"model": "base", **fields})
+
+
+@pytest.fixture(scope="module")
+def adapters(tiny_models, tmp_path_factory):
+    """Two trainings of one role in a run's folder, and one in another run's."""
+    runs = tmp_path_factory.mktemp("runs")
+    return runs / "run", [artifact(random_adapter(tiny_models.lm, runs / "run" / "stage1" / "steps" / f"speaker-{seed}",
+                                                  seed)) for seed in (1, 2)] + \
+        [artifact(random_adapter(tiny_models.lm, runs / "other" / "stage1" / "speaker", 3))]
+
+
+def test_an_adapter_is_loaded_under_its_hash_and_the_run_unloads_the_one_it_retrained(adapters):
+    run, (first, second, others) = adapters
+    served = ServedModels("base", allow_runtime_lora=True)
+    with serve(make_app(seconds_per_token=0.0, served=served)) as url:
+        config = role(url, load_adapter=True)
+        other_run = serve_adapter(config, "speaker", others, run.parent / "other")
+        resolved = serve_adapter(config, "speaker", first, run)
+        assert resolved.model == f"speaker-{first.sha256[:8]}" and resolved.adapter_sha256 == first.sha256
+        assert not resolved.load_adapter and served.modules[resolved.model].path == str(first.path.resolve())
+        assert serve_adapter(config, "speaker", first, run) == resolved  # a resume: loaded already, nothing changes
+        assert serve_adapter(config, "director", first, run).model == f"director-{first.sha256[:8]}"
+
+        retrained = serve_adapter(config, "speaker", second, run)
+        assert retrained.model == f"speaker-{second.sha256[:8]}"
+        # The run's old Speaker is unloaded; another run's Speaker and this run's Director stay.
+        assert served.unloads == [resolved.model]
+        assert sorted(served.modules) == sorted([other_run.model, retrained.model, f"director-{first.sha256[:8]}"])
+        assert served.loads == [other_run.model, resolved.model, f"director-{first.sha256[:8]}", retrained.model]
+
+
+def test_a_server_without_runtime_loading_gets_one_error_naming_the_variable_and_the_command(adapters):
+    run, (first, *_) = adapters
+    with serve(make_app(seconds_per_token=0.0, served=ServedModels("Qwen/Qwen3-8B"))) as url, \
+            pytest.raises(AdapterServingError) as refused:
+        serve_adapter(role(url, model="Qwen/Qwen3-8B", load_adapter=True), "speaker", first, run)
+    message = str(refused.value)
+    assert "`VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve Qwen/Qwen3-8B --enable-lora`" in message
+    assert f"vllm serve Qwen/Qwen3-8B --enable-lora --lora-modules speaker-{first.sha256[:8]}=" \
+           f"{first.path.resolve()}" in message
+
+
+def test_a_module_served_by_hand_is_checked_before_any_request_and_keyed_by_the_runs_adapter(adapters):
+    run, (first, second, _) = adapters
+    served = ServedModels("base")
+    app = make_app(seconds_per_token=0.0, served=served)
+    with serve(app) as url:
+        with pytest.raises(AdapterServingError, match=r"does not serve 'speaker'.*--lora-modules speaker="):
+            serve_adapter(role(url, model="speaker"), "speaker", first, run)
+        served.add("speaker", first.path)
+        assert serve_adapter(role(url, model="speaker"), "speaker", first, run).adapter_sha256 == first.sha256
+        assert serve_adapter(role(url, model="speaker"), "speaker", second, run).adapter_sha256 == second.sha256
+    assert app.state.stats.requests == 0
+
+
+def test_an_unreachable_server_is_named(adapters):
+    run, (first, *_) = adapters
+    with pytest.raises(AdapterServingError, match="127.0.0.1:9/v1 is unavailable"):
+        serve_adapter(BackendConfig(kind="openai", model="speaker", base_url="http://127.0.0.1:9/v1"), "speaker",
+                      first, run)
