@@ -37,7 +37,7 @@ from cli.server import server_app
 from mascot.config import RunConfig, load_any
 from mascot.roster import Roster, UserProfiles
 from mascot.rubrics import Rubric
-from mascot.yamlio import ConfigError
+from mascot.yamlio import ConfigError, YamlDocument
 
 app = typer.Typer(help="MASCOT: train and evaluate multi-agent companion groups.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
@@ -91,6 +91,11 @@ def config_validate(
         try:
             loaded = load_any(path, check_machine=machine_checks, rubric_problem=judge_rubric_problem,
                               safety_rules=load_rules)
+            if machine_checks and isinstance(loaded, RunConfig):  # a module served by hand is there before a run
+                from mascot.llm.served_adapters import served_module_problems
+
+                if problems := served_module_problems(YamlDocument.read(path), loaded):
+                    raise ConfigError(problems)
         except ConfigError as exc:
             failed = True
             errors.print(Text(f"{path}: {len(exc.problems)} problem(s)", style="red"))

@@ -38,6 +38,7 @@ from mascot.train.grpo import policy_backend
 from mascot.train.runtime import adapter_backend
 from tasks import evaluate as steps
 from tasks.models import build_tiny_models
+from tasks.serving import serve_adapter, serves
 
 
 @flow(name="evaluate", flow_run_name=flow_run_name("evaluate"), task_runner=threads())
@@ -56,7 +57,8 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
     stage1 = {name: run.recorded(f"stage1/{name}", "the evaluation") for name in ("contexts", "candidates", "judgments")}
     directors = trained_directors(run, config_path)
     systems = evaluation_systems(config.eval.systems, directors, config_path)
-    adapter = run.recorded("stage1/speaker", "the evaluation's MASCOT") if config.stage2.speaker is None else None
+    speaker = config.eval.speaker or config.stage2.speaker
+    adapter = run.recorded("stage1/speaker", "the evaluation's MASCOT") if speaker is None or serves(speaker) else None
     run.start(config, Path(config_path), stage=resume_stage("eval"), until="report")
     cache = step_settings(run, refresh)
 
@@ -70,7 +72,7 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
                 artifacts["eval/sft"] = steps.train_sft_baseline(train.sft, *stage1.values(), assistant,
                                                                        run.path("eval", "sft"))
                 run.record(artifacts)
-            parts = components(config, adapter, directors, artifacts.get("eval/sft"))
+            parts = components(config, adapter, directors, artifacts.get("eval/sft"), run.root)
             examples = few_shot_examples(stage1["contexts"], stage1["candidates"], stage1["judgments"],
                                          evaluation.few_shot_examples, config.run.seed)
             users = load_user_profiles(config.data.users).profiles if config.data.users else []
@@ -120,17 +122,26 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
 
 
 def components(config: RunConfig, speaker: Artifact | None, directors: dict[str, Artifact],
-               sft: Artifact | None) -> Components:
-    """The roles the systems are built from: a served model where the config names one, else the run's
-    adapters in this process (`speaker` is Stage 1's, `directors` Stage 2's by method, `sft` the baseline's)."""
+               sft: Artifact | None, run_root: Path) -> Components:
+    """The roles the systems are built from: the run's adapters on the server where the config names one (loaded
+    there, or checked, before any request), else in this process (`speaker` is Stage 1's, `directors` Stage 2's by
+    method, `sft` the baseline's)."""
     evaluation, stage, train = config.eval, config.stage2, config.train
     dpo = directors.get("dpo")
+
+    def served(backend, role: str, adapter: Artifact | None):
+        return serve_adapter(backend, role, adapter, run_root) if serves(backend) and adapter is not None else backend
+
     return Components(
         base_speaker=config.generation, base_director=stage.director, user=stage.user,
-        trained_speaker=evaluation.speaker or stage.speaker or policy_backend(train.speaker, speaker.path),
-        trained_director=evaluation.director or policy_backend(train.director, directors["grpo"].path),
-        trained_director_dpo=evaluation.director_dpo or (policy_backend(dpo_policy(train), dpo.path) if dpo else None),
-        sft_speaker=evaluation.sft or (adapter_backend(train.sft, sft.path, config.generation.params) if sft else None))
+        trained_speaker=served(evaluation.speaker or stage.speaker, "speaker", speaker)
+        or policy_backend(train.speaker, speaker.path),
+        trained_director=served(evaluation.director, "director", directors["grpo"])
+        or policy_backend(train.director, directors["grpo"].path),
+        trained_director_dpo=served(evaluation.director_dpo, "director_dpo", dpo)
+        or (policy_backend(dpo_policy(train), dpo.path) if dpo else None),
+        sft_speaker=served(evaluation.sft, "sft", sft)
+        or (adapter_backend(train.sft, sft.path, config.generation.params) if sft else None))
 
 
 def trained_directors(run: RunDir, config_path: str) -> dict[str, Artifact]:

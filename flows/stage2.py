@@ -33,6 +33,7 @@ from mascot.stage2.director_eval import Directors
 from mascot.train.grpo import policy_backend
 from tasks import stage2 as steps
 from tasks.models import build_tiny_models
+from tasks.serving import serve_adapter, serves
 from tasks.tracking import report_stage2
 
 DirectorMethod = Literal["grpo", "dpo"]
@@ -56,8 +57,9 @@ def stage2(config_path: str, run_name: str | None = None, director_method: Direc
         raise ValueError(f"--director-method dpo trains train.director_dpo, which {config_path} does not have")
     run = RunDir(config.run_dir)
     contexts = run.recorded("stage1/contexts", "stage 2")
-    # Without a Speaker server, the Speaker is the Stage 1 adapter, in this process.
-    adapter = run.recorded("stage1/speaker", "stage 2's Speaker") if config.stage2.speaker is None else None
+    # The Speaker is the Stage 1 adapter: in this process, or on the configured server (loaded there, or checked).
+    adapter = run.recorded("stage1/speaker", "stage 2's Speaker") \
+        if config.stage2.speaker is None or serves(config.stage2.speaker) else None
     run.start(config, Path(config_path), stage=resume_stage("stage2"), until=director_method)
     cache = step_settings(run, refresh)
 
@@ -65,8 +67,9 @@ def stage2(config_path: str, run_name: str | None = None, director_method: Direc
         config = build_tiny_models(config)
         train, stage = config.train, config.stage2
         users = load_user_profiles(config.data.users).profiles if config.data.users else []
-        cast = CastSpec(roster=load_roster(config.data.roster), director=stage.director,
-                        speaker=stage.speaker or policy_backend(train.speaker, adapter.path), user=stage.user,
+        speaker = serve_adapter(stage.speaker, "speaker", adapter, run.root) if serves(stage.speaker) \
+            else stage.speaker or policy_backend(train.speaker, adapter.path)
+        cast = CastSpec(roster=load_roster(config.data.roster), director=stage.director, speaker=speaker, user=stage.user,
                         profiles=users, max_directive_attempts=stage.episodes.max_directive_attempts)
         setting = Setting(cast=cast, episodes=stage.episodes, seed=config.run.seed, contexts=contexts,
                           requests=config.cache.requests)

@@ -4,7 +4,8 @@ The roles are the evaluation's MASCOT: `chat.speaker` and `chat.director` where 
 then the evaluation's served roles (`eval.speaker`, `stage2.speaker`, `eval.director`), and otherwise the
 run's own adapters (Stage 1's Speaker, Stage 2's GRPO Director) on their base models in this process. So
 the tiny profile talks offline, and the paper profile talks to the vLLM server that serves both adapters
-as LoRA modules. The config is the one the run's manifest recorded; `chat` replaces its chat section.
+as LoRA modules, loaded there before the first message where a role says `load_adapter`
+(`mascot.llm.served_adapters`). The config is the one the run's manifest recorded; `chat` replaces its chat section.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from mascot.chat.safety import DEFAULT_RULES, CrisisClassifier, load_rules
 from mascot.chat.session import CompanionGroup
 from mascot.config import TINY_MODELS, BackendConfig, ChatConfig, RunConfig
 from mascot.llm import make_backend
+from mascot.llm.served_adapters import serve_adapter
 from mascot.roster import Roster, load_roster
 
 NEEDED_BY = "a chat with the trained group"
@@ -47,11 +49,18 @@ def trained_roles(config: RunConfig, run: RunDir) -> tuple[BackendConfig, Backen
         raise ValueError(f"run {run.root} has no Stage 2 in its config, so it has no Director to choose who speaks; "
                          "train one with `mascot run stage2`")
     evaluation = config.eval
-    speaker = (config.chat.speaker or (evaluation.speaker if evaluation else None) or config.stage2.speaker
-               or _policy(config.train.speaker, run.recorded("stage1/speaker", NEEDED_BY).path))
-    director = (config.chat.director or (evaluation.director if evaluation else None)
-                or _policy(config.train.director, run.recorded("stage2/director", NEEDED_BY).path))
-    return speaker, director
+    speaker = config.chat.speaker or (evaluation.speaker if evaluation else None) or config.stage2.speaker
+    director = config.chat.director or (evaluation.director if evaluation else None)
+    return (_role(speaker, "speaker", run.recorded("stage1/speaker", NEEDED_BY), config.train.speaker, run),
+            _role(director, "director", run.recorded("stage2/director", NEEDED_BY), config.train.director, run))
+
+
+def _role(served: BackendConfig | None, role: str, adapter, policy, run: RunDir) -> BackendConfig:
+    """The trained role on its server (the run's adapter loaded there, or checked, before the first message), or
+    its adapter in this process."""
+    if served is not None:
+        return serve_adapter(served, role, adapter, run.root)
+    return _policy(policy, adapter.path)
 
 
 def _policy(policy, adapter: Path) -> BackendConfig:

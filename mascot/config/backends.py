@@ -67,7 +67,7 @@ class BackendConfig(Section):
                                       f"not kind: {self.kind}")
         if self.adapter is not None:
             raise FieldError("adapter", "'adapter' is only used with kind: transformers; serve adapters with vLLM "
-                                        "--lora-modules")
+                                        "--lora-modules, or let the flow load a trained role's (load_adapter: true)")
         return self
 
 

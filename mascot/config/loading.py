@@ -109,6 +109,9 @@ def file_problems(document: YamlDocument, config: RunConfig, rubric_problem: Rub
         if trainer.accelerate_config is not None:
             problems += _missing_file(document, ("train", name, "accelerate_config"), trainer.accelerate_config)
     for loc, backend in backends(config).items():  # an adapter is read when its model loads, after minutes of work
+        if backend.adapter_sha256 is not None:
+            problems.append(document.problem((*loc, "adapter_sha256"), "is set by the flow from the run's adapter, "
+                                             "never in a config; remove it"))
         if backend.adapter is not None and not backend.adapter.is_dir():
             found = "is a file" if backend.adapter.exists() else "does not exist"
             problems.append(document.problem((*loc, "adapter"), f"{backend.adapter} {found}; expected a PEFT adapter "

@@ -22,12 +22,18 @@ import re
 from pathlib import Path
 
 import httpx
+import tenacity
 
 from mascot.artifacts import Artifact
-from mascot.config import BackendConfig
+from mascot.config import BackendConfig, RunConfig
+from mascot.config.loading import backends
+from mascot.yamlio import Problem, YamlDocument
 
 RUNTIME_VARIABLE = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
-TIMEOUT_S = 60.0  # loading an 8B model's adapter reads its weights from disk
+# The config's roles that play a trained adapter, by YAML path.
+TRAINED_ROLES = {("stage2", "speaker"), ("eval", "speaker"), ("eval", "director"), ("eval", "director_dpo"),
+                 ("eval", "sft"), ("chat", "speaker"), ("chat", "director")}
+RETRYABLE = {408, 409, 429}
 
 
 class AdapterServingError(RuntimeError):
@@ -70,6 +76,28 @@ class AdapterNotServed(AdapterServingError):
                    f"the server with {RUNTIME_VARIABLE}=True, so that the flow loads it")
 
 
+def served_module_problems(document: YamlDocument, config: RunConfig) -> list[Problem]:
+    """Every trained role served by hand (`model` names a LoRA module, no `load_adapter`) whose server does not
+    list that module, or does not answer: `mascot config validate` asks each server before any run does."""
+    problems = []
+    for loc, backend in backends(config).items():
+        if loc not in TRAINED_ROLES or backend.kind != "openai" or backend.load_adapter:
+            continue
+        try:
+            names = ServerModels(backend).names()
+        except AdapterServingError as exc:
+            problems.append(document.problem((*loc, "base_url"), f"{exc}; it should serve the LoRA module "
+                                             f"{backend.model!r} (or set load_adapter: true)"))
+            continue
+        if backend.model not in names:
+            problems.append(document.problem((*loc, "model"), (
+                f"the server at {backend.base_url} does not serve {backend.model!r} (it serves: "
+                f"{', '.join(names) or 'nothing'}); serve the trained adapter under that name (vllm serve <base "
+                f"model> --enable-lora --lora-modules {backend.model}=runs/<run>/<stage>/<adapter>), or set "
+                "load_adapter: true and model to the base model, so that the flow loads it")))
+    return problems
+
+
 def vllm_command(config: BackendConfig, role: str, adapter: Artifact, name: str | None = None) -> str:
     """The command that serves `adapter` by hand, under `name`."""
     return (f"vllm serve {config.model if config.load_adapter else '<base model>'} --enable-lora "
@@ -85,19 +113,33 @@ class ServerModels:
         backend = OpenAIBackend(config.model, base_url=config.base_url, api_key_env=config.api_key_env)
         self.root, self.url = backend.endpoint.rstrip("/"), backend.url
         self.headers = {"Authorization": f"Bearer {backend._api_key()}"}
+        self.timeout_s, self.max_retries = config.timeout_s, config.max_retries
 
     def _request(self, method: str, path: str, **body) -> httpx.Response:
+        """One call, retried as the role's requests are (its max_retries, backing off 0.5 s doubling up to 8 s) on
+        what retrying can fix: no connection, a timeout, a broken answer, 408, 409, 429 and 5xx."""
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(httpx.TransportError)
+            | tenacity.retry_if_result(lambda answer: answer.status_code in RETRYABLE or answer.status_code >= 500),
+            stop=tenacity.stop_after_attempt(self.max_retries + 1),
+            wait=tenacity.wait_exponential(multiplier=0.5, max=8), reraise=True,
+            retry_error_callback=lambda state: state.outcome.result())
         try:
-            return httpx.request(method, f"{self.root}{path}", headers=self.headers, timeout=TIMEOUT_S, **body)
+            return retrying(httpx.request, method, f"{self.root}{path}", headers=self.headers,
+                            timeout=self.timeout_s, **body)
         except httpx.HTTPError as exc:
-            raise AdapterServingError(f"the server at {self.url} is unavailable ({exc}); start it before the "
-                                      "run, or check base_url") from exc
+            raise AdapterServingError(f"the server at {self.url} is unavailable ({type(exc).__name__}: {exc}); start "
+                                      "it before the run, or check base_url") from exc
 
     def cards(self) -> list[dict]:
         response = self._request("GET", "/models")
         if response.status_code != 200:
             raise AdapterServingError(f"{self.url}/models answered HTTP {response.status_code}: {response.text[:300]}")
-        return list(response.json().get("data") or [])
+        try:
+            return list(response.json().get("data") or [])
+        except (ValueError, AttributeError) as exc:
+            raise AdapterServingError(f"{self.url}/models answered with no list of models: {response.text[:300]}") \
+                from exc
 
     def names(self) -> list[str]:
         return [str(card.get("id")) for card in self.cards()]

@@ -24,6 +24,7 @@ import yaml
 from chat_server import make_app
 from loopback_servers import serve
 from prefect_states import latest_flow_runs, task_states
+from served_models import ServedModels
 from stage1_runs import MASCOT, REPO, write_config
 
 from mascot.config import SamplingParams
@@ -255,11 +256,16 @@ def test_the_pipeline_runs_every_stage_as_a_subflow_of_one_flow_run_and_resumes_
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    with serve(make_app(seconds_per_token=0.001)) as chat:
+    # The server plays vLLM with runtime LoRA loading, serving `sim-chat` as the base model.
+    served = ServedModels("sim-chat", allow_runtime_lora=True)
+    with serve(make_app(seconds_per_token=0.001, served=served)) as chat:
         config = http_stage2_config(tmp_path, chat)
         smaller = yaml.safe_load(config.read_text())  # what this test reads needs few episodes and systems
         smaller["stage2"]["episodes"].update(branches=2, states=1, trajectory_blocks=1)
         smaller["eval"]["systems"] = ["mascot", "mascot_c", "zero_shot"]
+        # The trained Speaker and Director as the paper profile serves them: the flow loads each into the server.
+        smaller["stage2"]["speaker"]["load_adapter"] = True
+        smaller["eval"]["director"] = {**backend(chat, 40), "load_adapter": True}
         config.write_text(yaml.safe_dump(smaller, sort_keys=False))
         output = run("run", "pipeline", "--config", str(config), "--run-name", "piped", api=prefect_api)
         assert "pipeline done (director method grpo)" in output
@@ -268,7 +274,15 @@ def test_the_pipeline_runs_every_stage_as_a_subflow_of_one_flow_run_and_resumes_
         root = tmp_path / "runs" / "piped"
         for report in ("stage1/report.md", "stage2/report.md", "eval/report.md"):
             assert (root / report).exists(), report
-        assert json.loads((root / "manifest.json").read_text())["resume"] == {"stage": "pipeline", "until": "grpo"}
+        manifest = json.loads((root / "manifest.json").read_text())
+        assert manifest["resume"] == {"stage": "pipeline", "until": "grpo"}
+        # Each trained adapter reached the server before its role's first request, under a name with its hash, and
+        # every request of the role named it.
+        names = [f"{role}-{manifest['artifacts'][artifact]['sha256'][:8]}"
+                 for role, artifact in (("speaker", "stage1/speaker"), ("director", "stage2/director"))]
+        assert served.loads == names and sorted(served.modules) == sorted(names)
+        asked = httpx.get(f"{chat}/stats").json()["by_model"]
+        assert all(asked.get(name, 0) > 0 for name in names), asked
 
         # Read from the Prefect server: one pipeline flow run, and each stage a flow run under it.
         with temporary_settings(updates={PREFECT_API_URL: prefect_api}), get_client(sync_client=True) as client:
@@ -292,4 +306,7 @@ def test_the_pipeline_runs_every_stage_as_a_subflow_of_one_flow_run_and_resumes_
             ran = task_states(prefect_api, flow_run["id"])
             ran.pop("write_contexts", None)  # never cached: it must notice an edited corpus
             ran.pop("build_tiny_models", None)  # nor this: it must notice a changed model cache
+            if stage != "stage1/piped":  # nor this: a server may have restarted since (it loaded nothing again)
+                assert ran.pop("serve_adapter") == {"Completed"}, (stage, ran)
             assert ran and all(states == {"Cached"} for states in ran.values()), (stage, ran)
+        assert served.loads == names

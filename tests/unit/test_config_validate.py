@@ -140,6 +140,10 @@ BROKEN_CONFIGS = [
      ["generation.base_url", "kind: transformers runs the model in this process"]),
     ("adapter-on-a-server", "paper.yaml", ("generation.adapter", "adapters/speaker"),
      ["generation.adapter", "serve adapters with vLLM"]),
+    ("load-adapter-in-process", "tiny.yaml", ("generation.load_adapter", True),
+     ["generation.load_adapter", "kind: transformers cannot load one"]),
+    ("adapter-hash-in-a-config", "paper.yaml", ("stage2.speaker.adapter_sha256", "ab" * 32),
+     ["stage2.speaker.adapter_sha256", "is set by the flow from the run's adapter"]),
     # Rules across fields and files
     ("bf16-on-a-cpu-run", "tiny.yaml", ("train.speaker.bf16", True), ["train.speaker.bf16", "use_cpu is true"]),
     ("margin-beyond-the-scale", "tiny.yaml", ("stage1.margin", 4.5),

@@ -174,14 +174,15 @@ def test_the_evaluation_plays_mascot_with_each_director_trained_and_sft_with_its
     with pytest.raises(FileNotFoundError, match="trained no DPO Director.*--director-method dpo"):
         evaluation_systems([*listed, "mascot_dpo"], grpo_only, "c.yaml")
 
-    parts = components(tiny_config, Artifact(path=tmp_path / "speaker", sha256="0" * 64), both, adapters["sft"])
+    parts = components(tiny_config, Artifact(path=tmp_path / "speaker", sha256="0" * 64), both, adapters["sft"],
+                       tmp_path)
     assert parts.trained_director.adapter == adapters["director"].path
     assert parts.trained_director_dpo.adapter == adapters["director_dpo"].path
     assert parts.trained_director_dpo.model == tiny_config.train.director_dpo.model
     assert parts.sft_speaker.adapter == adapters["sft"].path and parts.sft_speaker.model == tiny_config.train.sft.model
     assert parts.sft_speaker.params == tiny_config.generation.params  # sampled as the other baselines are
     assert components(tiny_config, Artifact(path=tmp_path / "speaker", sha256="0" * 64), grpo_only,
-                      None).trained_director_dpo is None
+                      None, tmp_path).trained_director_dpo is None
 
 
 def test_a_run_with_only_a_dpo_director_is_told_to_train_the_papers_one(tmp_path):

@@ -3,11 +3,18 @@ runtime under a name that carries their hash, checked where served by hand, and 
 
 from __future__ import annotations
 
+import re
+import shutil
+
 import pytest
+import yaml
 from chat_server import make_app
 from loopback_servers import serve
 from served_models import ServedModels, random_adapter
+from stage1_runs import REPO
+from typer.testing import CliRunner
 
+from cli.main import app
 from mascot.artifacts import Artifact, path_sha256
 from mascot.config import BackendConfig
 from mascot.llm.served_adapters import AdapterServingError, serve_adapter
@@ -77,5 +84,49 @@ def test_a_module_served_by_hand_is_checked_before_any_request_and_keyed_by_the_
 def test_an_unreachable_server_is_named(adapters):
     run, (first, *_) = adapters
     with pytest.raises(AdapterServingError, match="127.0.0.1:9/v1 is unavailable"):
-        serve_adapter(BackendConfig(kind="openai", model="speaker", base_url="http://127.0.0.1:9/v1"), "speaker",
+        serve_adapter(BackendConfig(kind="openai", model="speaker", base_url="http://127.0.0.1:9/v1",
+                                    max_retries=0), "speaker",
                       first, run)
+
+
+def test_config_validate_asks_the_server_for_a_module_served_by_hand(tmp_path, adapters):
+    _, (first, *_) = adapters
+    shutil.copytree(REPO / "configs", tmp_path / "configs")
+    config = yaml.safe_load((tmp_path / "configs" / "tiny.yaml").read_text())
+    served = ServedModels("base")
+    with serve(make_app(seconds_per_token=0.0, served=served)) as url:
+        config["stage2"]["speaker"] = {"kind": "openai", "model": "speaker", "base_url": f"{url}/v1"}
+        path = tmp_path / "configs" / "served.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        missing = CliRunner().invoke(app, ["config", "validate", str(path)])
+        assert missing.exit_code == 2, missing.output
+        assert re.search(r"served\.yaml:\d+: stage2\.speaker\.model: the server at .* does not serve 'speaker' "
+                         r"\(it serves: base\)", missing.output), missing.output
+        assert CliRunner().invoke(app, ["config", "validate", str(path), "--no-machine-checks"]).exit_code == 0
+        served.add("speaker", first.path)
+        assert CliRunner().invoke(app, ["config", "validate", str(path)]).exit_code == 0
+        config["stage2"]["speaker"]["adapter_sha256"] = first.sha256  # the flow's to set
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        written = CliRunner().invoke(app, ["config", "validate", str(path)])
+    assert written.exit_code == 2 and "stage2.speaker.adapter_sha256: is set by the flow" in written.output
+
+
+def test_the_chat_loads_the_runs_speaker_and_director_into_the_server_before_the_first_message(tmp_path, tiny_models):
+    from chat_runs import group_run
+
+    from mascot.artifacts import RunDir
+    from mascot.chat.group import trained_roles
+    from mascot.config import load_config
+
+    root = group_run(tmp_path, tiny_models)
+    run, served = RunDir(root), ServedModels("Qwen/Qwen3-8B", allow_runtime_lora=True)
+    app = make_app(seconds_per_token=0.0, served=served)
+    with serve(app) as url:
+        server = role(url, model="Qwen/Qwen3-8B", load_adapter=True)
+        config = load_config(tmp_path / "chat.yaml")
+        config = config.model_copy(update={"stage2": config.stage2.model_copy(update={"speaker": server}),
+                                           "eval": config.eval.model_copy(update={"director": server})})
+        speaker, director = trained_roles(config, run)
+    hashes = [run.recorded(name, "test").sha256[:8] for name in ("stage1/speaker", "stage2/director")]
+    assert (speaker.model, director.model) == (f"speaker-{hashes[0]}", f"director-{hashes[1]}")
+    assert served.loads == [speaker.model, director.model] and app.state.stats.requests == 0
