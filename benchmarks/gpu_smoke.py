@@ -10,7 +10,9 @@ project's default LoRA (r=16 on q/k/v/o_proj) on it with PEFT, runs `--steps` GR
 GRPOTrainer as `mascot.train.grpo` calls it, and prints the trainable fraction, the peak GPU memory,
 the time per optimisation step and the completion tokens generated per second of step time. If vLLM
 is installed, it then serves the same shape with the trained adapter (`LoRARequest`) and prints its
-tokens per second. The last block is a summary to paste into benchmarks/README.md.
+tokens per second; and starts `vllm serve` with VLLM_ALLOW_RUNTIME_LORA_UPDATING, loads the adapter into it as
+the flows do (`mascot.llm.served_adapters.serve_adapter`) and sends it one request. The last block is a summary
+to paste into benchmarks/README.md.
 
 Random weights sample near-uniformly over 151,936 ids, so completions run to `--tokens` and most of
 their ids decode to nothing with the tiny tokenizer: the figures are about speed and memory only.
@@ -20,6 +22,7 @@ Without a GPU it prints what it would run and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import os
 import sys
@@ -162,6 +165,59 @@ def vllm_generate(folder: Path, adapter: Path, args) -> str:
             f"LoRA r=16, vllm {vllm.__version__}{', eager' if args.vllm_eager else ', CUDA graphs'})")
 
 
+def vllm_runtime_load(folder: Path, adapter: Path, args) -> str:
+    """The flow's adapter step against a real vLLM server: `vllm serve` the same shape with runtime LoRA loading,
+    load the trained adapter through `mascot.llm.served_adapters` (the `serve_adapter` task's library call) and
+    send it one chat request; or why this part was skipped."""
+    import shutil
+    import subprocess
+    import urllib.request
+
+    from mascot.artifacts import Artifact, path_sha256
+    from mascot.config import BackendConfig, SamplingParams
+    from mascot.llm import OpenAIBackend
+    from mascot.llm.served_adapters import serve_adapter
+
+    if shutil.which("vllm") is None:
+        return "skipped: the vllm command is not installed"
+    port = 8765
+    env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+    command = ["vllm", "serve", str(folder), "--port", str(port), "--load-format", "dummy", "--enable-lora",
+               "--max-lora-rank", "16", "--max-model-len", "2048", "--gpu-memory-utilization", str(args.vllm_memory),
+               "--enforce-eager"]
+    with (folder.parent / "vllm-serve.log").open("wb") as log:
+        server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        began = time.perf_counter()
+        while True:
+            if server.poll() is not None or time.perf_counter() - began > 600:
+                return f"failed: vllm serve did not start; {(folder.parent / 'vllm-serve.log').read_text()[-1500:]}"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                    break
+            except OSError:
+                time.sleep(2)
+        started = time.perf_counter() - began
+        config = BackendConfig(kind="openai", model=str(folder), base_url=f"http://127.0.0.1:{port}/v1",
+                               load_adapter=True, max_retries=0)
+        began = time.perf_counter()
+        served = serve_adapter(config, "speaker", Artifact(path=adapter, sha256=path_sha256(adapter)), folder.parent)
+        loaded = time.perf_counter() - began
+        backend = OpenAIBackend(served.model, base_url=served.base_url, max_retries=0)
+        began = time.perf_counter()
+        asyncio.run(backend.generate([{"role": "user", "content": PROMPTS[0]}], 1,
+                                     SamplingParams(max_new_tokens=16), seed=0))
+        answered = time.perf_counter() - began
+        return (f"server up in {started:.0f} s; runtime load of {served.model} in {loaded:.2f} s (listed by /v1/models); "
+                f"one chat request to it answered in {answered:.2f} s")
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, default=36, help="Decoder layers (Qwen3-8B has 36; fewer for a quick try).")
@@ -222,6 +278,10 @@ def main() -> None:
         gc.collect()  # vLLM allocates its share of the GPU next: hand back what training held
         torch.cuda.empty_cache()
         vllm_line = "skipped: --no-vllm" if args.no_vllm else vllm_generate(workdir / "model", workdir / "adapter", args)
+        gc.collect()  # the offline engine's share of the GPU goes back before a server takes its own
+        torch.cuda.empty_cache()
+        serve_line = "skipped: --no-vllm" if args.no_vllm else vllm_runtime_load(workdir / "model",
+                                                                                  workdir / "adapter", args)
 
     completions = args.prompts_per_step * args.generations
     print("\n--- gpu_smoke summary ---")
@@ -237,6 +297,7 @@ def main() -> None:
           f"{figures['first_step_s']:.2f} s)")
     print(f"training tokens/s: {figures['tokens_per_s']:,.0f} (completion tokens per second of step time)")
     print(f"vLLM: {vllm_line}")
+    print(f"vLLM server, adapter loaded at runtime: {serve_line}")
 
 
 if __name__ == "__main__":
