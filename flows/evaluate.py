@@ -38,7 +38,7 @@ from mascot.train.grpo import policy_backend
 from mascot.train.runtime import adapter_backend
 from tasks import evaluate as steps
 from tasks.models import build_tiny_models
-from tasks.serving import serve_adapter, serves
+from tasks.serving import needs_adapter, serve_adapter, serves
 
 
 @flow(name="evaluate", flow_run_name=flow_run_name("evaluate"), task_runner=threads())
@@ -58,7 +58,8 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
     directors = trained_directors(run, config_path)
     systems = evaluation_systems(config.eval.systems, directors, config_path)
     speaker = config.eval.speaker or config.stage2.speaker
-    adapter = run.recorded("stage1/speaker", "the evaluation's MASCOT") if speaker is None or serves(speaker) else None
+    adapter = run.recorded("stage1/speaker", "the evaluation's MASCOT") \
+        if needs_adapter(speaker) or run.is_recorded("stage1/speaker") else None
     run.start(config, Path(config_path), stage=resume_stage("eval"), until="report")
     cache = step_settings(run, refresh)
 
@@ -130,7 +131,9 @@ def components(config: RunConfig, speaker: Artifact | None, directors: dict[str,
     dpo = directors.get("dpo")
 
     def served(backend, role: str, adapter: Artifact | None):
-        return serve_adapter(backend, role, adapter, run_root) if serves(backend) and adapter is not None else backend
+        # A role with no adapter in the run is served by hand, or belongs to a system the run does not evaluate.
+        wanted = serves(backend) and (adapter is not None or not backend.load_adapter)
+        return serve_adapter(backend, role, adapter, run_root) if wanted else backend
 
     return Components(
         base_speaker=config.generation, base_director=stage.director, user=stage.user,

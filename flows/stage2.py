@@ -33,7 +33,7 @@ from mascot.stage2.director_eval import Directors
 from mascot.train.grpo import policy_backend
 from tasks import stage2 as steps
 from tasks.models import build_tiny_models
-from tasks.serving import serve_adapter, serves
+from tasks.serving import needs_adapter, serve_adapter, serves
 from tasks.tracking import report_stage2
 
 DirectorMethod = Literal["grpo", "dpo"]
@@ -59,7 +59,7 @@ def stage2(config_path: str, run_name: str | None = None, director_method: Direc
     contexts = run.recorded("stage1/contexts", "stage 2")
     # The Speaker is the Stage 1 adapter: in this process, or on the configured server (loaded there, or checked).
     adapter = run.recorded("stage1/speaker", "stage 2's Speaker") \
-        if config.stage2.speaker is None or serves(config.stage2.speaker) else None
+        if needs_adapter(config.stage2.speaker) or run.is_recorded("stage1/speaker") else None
     run.start(config, Path(config_path), stage=resume_stage("stage2"), until=director_method)
     cache = step_settings(run, refresh)
 

@@ -51,13 +51,16 @@ def trained_roles(config: RunConfig, run: RunDir) -> tuple[BackendConfig, Backen
     evaluation = config.eval
     speaker = config.chat.speaker or (evaluation.speaker if evaluation else None) or config.stage2.speaker
     director = config.chat.director or (evaluation.director if evaluation else None)
-    return (_role(speaker, "speaker", run.recorded("stage1/speaker", NEEDED_BY), config.train.speaker, run),
-            _role(director, "director", run.recorded("stage2/director", NEEDED_BY), config.train.director, run))
+    return (_role(speaker, "speaker", "stage1/speaker", config.train.speaker, run),
+            _role(director, "director", "stage2/director", config.train.director, run))
 
 
-def _role(served: BackendConfig | None, role: str, adapter, policy, run: RunDir) -> BackendConfig:
+def _role(served: BackendConfig | None, role: str, artifact: str, policy, run: RunDir) -> BackendConfig:
     """The trained role on its server (the run's adapter loaded there, or checked, before the first message), or
-    its adapter in this process."""
+    its adapter in this process. A module served by hand needs no adapter in the run; where there is one, its
+    hash keys the role's requests."""
+    needed = served is None or served.kind != "openai" or served.load_adapter
+    adapter = run.recorded(artifact, NEEDED_BY) if needed or run.is_recorded(artifact) else None
     if served is not None:
         return serve_adapter(served, role, adapter, run.root)
     return _policy(policy, adapter.path)

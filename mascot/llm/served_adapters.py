@@ -45,17 +45,22 @@ def served_name(role: str, adapter: Artifact) -> str:
     return f"{role}-{adapter.sha256[:8]}"
 
 
-def serve_adapter(config: BackendConfig, role: str, adapter: Artifact, run_root: Path) -> BackendConfig:
+def serve_adapter(config: BackendConfig, role: str, adapter: Artifact | None, run_root: Path) -> BackendConfig:
     """The backend that `role`'s requests use: `config` pointing at `adapter` on its server, loaded there first
     where the config asks for it (see the module docstring). In-process backends are returned as they are:
-    they read the adapter's folder, and their cache key fingerprints it."""
+    they read the adapter's folder, and their cache key fingerprints it. `adapter` may be None only for a module
+    served by hand in a run that trained none (a Stage 2 on a Stage 1 stopped at its pairs, say): the server
+    must still list it, and its requests are keyed by its name alone."""
     if config.kind != "openai" or config.adapter_sha256 is not None:
         return config
     server = ServerModels(config)
     if not config.load_adapter:
         if config.model not in server.names():
             raise AdapterNotServed.by_hand(config, role, adapter, server)
-        return config.model_copy(update={"adapter_sha256": adapter.sha256})
+        return config.model_copy(update={"adapter_sha256": adapter.sha256}) if adapter is not None else config
+    if adapter is None:
+        raise AdapterServingError(f"{role} says load_adapter: true, but the run has no trained {role} adapter to load; "
+                                  "run the stage that trains it first")
     name, folder = served_name(role, adapter), adapter.verified().resolve()
     if name not in server.names():
         server.load(name, folder, config, role)
@@ -69,11 +74,13 @@ def serve_adapter(config: BackendConfig, role: str, adapter: Artifact, run_root:
 
 class AdapterNotServed(AdapterServingError):
     @classmethod
-    def by_hand(cls, config: BackendConfig, role: str, adapter: Artifact, server: ServerModels) -> AdapterNotServed:
+    def by_hand(cls, config: BackendConfig, role: str, adapter: Artifact | None,
+                server: ServerModels) -> AdapterNotServed:
+        folder = adapter.path if adapter is not None else f"runs/<run>/<the {role} adapter>"
         return cls(f"the server at {server.url} does not serve {config.model!r}, the {role} adapter this config "
                    f"names (it serves: {', '.join(server.names()) or 'nothing'}). Serve the run's adapter as it: "
-                   f"`{vllm_command(config, role, adapter, config.model)}`, or set load_adapter: true and start "
-                   f"the server with {RUNTIME_VARIABLE}=True, so that the flow loads it")
+                   f"`vllm serve <base model> --enable-lora --lora-modules {config.model}={folder}`, or set "
+                   f"load_adapter: true and start the server with {RUNTIME_VARIABLE}=True, so that the flow loads it")
 
 
 def served_module_problems(document: YamlDocument, config: RunConfig) -> list[Problem]:
@@ -96,12 +103,6 @@ def served_module_problems(document: YamlDocument, config: RunConfig) -> list[Pr
                 f"model> --enable-lora --lora-modules {backend.model}=runs/<run>/<stage>/<adapter>), or set "
                 "load_adapter: true and model to the base model, so that the flow loads it")))
     return problems
-
-
-def vllm_command(config: BackendConfig, role: str, adapter: Artifact, name: str | None = None) -> str:
-    """The command that serves `adapter` by hand, under `name`."""
-    return (f"vllm serve {config.model if config.load_adapter else '<base model>'} --enable-lora "
-            f"--lora-modules {name or served_name(role, adapter)}={adapter.path}")
 
 
 class ServerModels:

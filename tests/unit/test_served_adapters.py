@@ -78,6 +78,12 @@ def test_a_module_served_by_hand_is_checked_before_any_request_and_keyed_by_the_
         served.add("speaker", first.path)
         assert serve_adapter(role(url, model="speaker"), "speaker", first, run).adapter_sha256 == first.sha256
         assert serve_adapter(role(url, model="speaker"), "speaker", second, run).adapter_sha256 == second.sha256
+        # A run stopped before training its Speaker: the module must still be served, and is keyed by its name.
+        assert serve_adapter(role(url, model="speaker"), "speaker", None, run) == role(url, model="speaker")
+        with pytest.raises(AdapterServingError, match="does not serve 'other'"):
+            serve_adapter(role(url, model="other"), "speaker", None, run)
+        with pytest.raises(AdapterServingError, match="no trained speaker adapter to load"):
+            serve_adapter(role(url, load_adapter=True), "speaker", None, run)
     assert app.state.stats.requests == 0
 
 
