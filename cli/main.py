@@ -91,10 +91,12 @@ def config_validate(
         try:
             loaded = load_any(path, check_machine=machine_checks, rubric_problem=judge_rubric_problem,
                               safety_rules=load_rules)
+            unchecked = []
             if machine_checks and isinstance(loaded, RunConfig):  # a module served by hand is there before a run
                 from mascot.llm.served_adapters import served_module_problems
 
-                if problems := served_module_problems(YamlDocument.read(path), loaded):
+                problems, unchecked = served_module_problems(YamlDocument.read(path), loaded)
+                if problems:
                     raise ConfigError(problems)
         except ConfigError as exc:
             failed = True
@@ -103,6 +105,8 @@ def config_validate(
                 errors.print(Text(f"  {problem}"))
             continue
         console.print(f"[green]ok[/green] {path}", highlight=False)
+        for note in unchecked:
+            console.print(Text(f"  not checked: {note}", style="yellow"))
         console.print(_summary(loaded))
     raise typer.Exit(2 if failed else 0)
 

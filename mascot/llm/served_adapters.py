@@ -83,18 +83,19 @@ class AdapterNotServed(AdapterServingError):
                    f"load_adapter: true and start the server with {RUNTIME_VARIABLE}=True, so that the flow loads it")
 
 
-def served_module_problems(document: YamlDocument, config: RunConfig) -> list[Problem]:
-    """Every trained role served by hand (`model` names a LoRA module, no `load_adapter`) whose server does not
-    list that module, or does not answer: `mascot config validate` asks each server before any run does."""
-    problems = []
+def served_module_problems(document: YamlDocument, config: RunConfig) -> tuple[list[Problem], list[str]]:
+    """Every trained role served by hand (`model` names a LoRA module, no `load_adapter`) whose server answers
+    but does not list that module: `mascot config validate` asks each server before any run does. Also the
+    roles whose server did not answer, as notes: they are checked again before their first request."""
+    problems, unchecked = [], []
     for loc, backend in backends(config).items():
         if loc not in TRAINED_ROLES or backend.kind != "openai" or backend.load_adapter:
             continue
         try:
-            names = ServerModels(backend).names()
-        except AdapterServingError as exc:
-            problems.append(document.problem((*loc, "base_url"), f"{exc}; it should serve the LoRA module "
-                                             f"{backend.model!r} (or set load_adapter: true)"))
+            names = ServerModels(backend.model_copy(update={"max_retries": 0})).names()
+        except AdapterServingError:
+            unchecked.append(f"{'.'.join(loc)}: the server at {backend.base_url} did not answer, so whether it serves "
+                             f"{backend.model!r} is checked when the run needs it")
             continue
         if backend.model not in names:
             problems.append(document.problem((*loc, "model"), (
@@ -102,7 +103,7 @@ def served_module_problems(document: YamlDocument, config: RunConfig) -> list[Pr
                 f"{', '.join(names) or 'nothing'}); serve the trained adapter under that name (vllm serve <base "
                 f"model> --enable-lora --lora-modules {backend.model}=runs/<run>/<stage>/<adapter>), or set "
                 "load_adapter: true and model to the base model, so that the flow loads it")))
-    return problems
+    return problems, unchecked
 
 
 class ServerModels:

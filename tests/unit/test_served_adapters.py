@@ -111,6 +111,12 @@ def test_config_validate_asks_the_server_for_a_module_served_by_hand(tmp_path, a
         assert CliRunner().invoke(app, ["config", "validate", str(path), "--no-machine-checks"]).exit_code == 0
         served.add("speaker", first.path)
         assert CliRunner().invoke(app, ["config", "validate", str(path)]).exit_code == 0
+        config["eval"]["director"] = {"kind": "openai", "model": "director", "base_url": "http://127.0.0.1:9/v1"}
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        unanswered = CliRunner().invoke(app, ["config", "validate", str(path)])
+        assert unanswered.exit_code == 0 and "not checked: eval.director: the server at http://127.0.0.1:9/v1 did " \
+            "not answer" in " ".join(unanswered.output.split()), unanswered.output
+        del config["eval"]["director"]
         config["stage2"]["speaker"]["adapter_sha256"] = first.sha256  # the flow's to set
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         written = CliRunner().invoke(app, ["config", "validate", str(path)])
