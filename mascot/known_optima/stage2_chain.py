@@ -3,8 +3,8 @@
 The world: emotional-support contexts whose user message ends with a cue of one of three classes, each
 fitting one persona: asking to be listened to fits the Anchor, asking what to do next the Catalyst,
 sharing progress the Beacon (`CUES`). The cue class is in each context's metadata, for the judge only.
-Held-out contexts carry phrasings of the cues that no training context has, so a Director that learned
-the phrasings by heart gains nothing there; one that learned the cue's words does.
+Held-out contexts carry the cues in situations and sentences that no training context has, so a chain
+that learned its training states by heart gains nothing there; one that learned the cues does.
 
 The chain is Stage 2's own, step for step (`mascot.stage2`): branched episodes from each context's
 opening, the planted group judge (`mascot.judges.planted`) scores every trajectory, trajectory pairs,

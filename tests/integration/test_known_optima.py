@@ -38,16 +38,24 @@ def test_director_grpo_moves_towards_a_planted_optimum_and_its_controls_do_not(t
     assert check.passed, report
 
 
+# On the tiny models the chain is not yet strong enough: the group RM ranks 85% of held-out pairs (the bar is 90%),
+# and at 100 GRPO steps the Director's fitting share rises (+0.049 [+0.007, +0.097]) while its group-RM gain's
+# interval still holds 0 (+0.076 [-0.007, +0.185]); the Beacon is never the warm-started Director's choice, so the
+# progress cue cannot be learned (2026-12-06, one tiny build; docs/stage2.md). strict: once the tiny world lets it
+# pass, the mark must go.
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 33: the tiny group RM and Director fall short "
+                   "of check 2's bars (docs/stage2.md, known-optimum check 2)")
 def test_stage2_learns_which_persona_fits_a_cue_from_a_planted_group_judge_and_its_controls_do_not(
         tiny_models, tiny_config, tmp_path):
     """Check 2: episodes, the planted group judge, pairs, the group RM and the GRPO Director, as Stage 2 runs them.
-    The group RM ranks held-out pairs (new cue phrasings) at >= 90%, the trained Director names the persona that fits
+    The group RM ranks held-out pairs (cues in new sentences) at >= 90%, the trained Director names the persona that fits
     the cue more often on held-out contexts and gains on the group RM, its choice differs between cue classes; under
     the flipped judge the fitting share falls, under the shuffled judge it stays."""
     profile = resolve_tiny_models(tiny_config, progress=False)  # the tiny_models fixture's build
     check = run_chain_check(profile, check_director(profile, CHAIN_STEPS), tmp_path,
                             samples_per_prompt=CHAIN_SAMPLES)
     report = "\n".join(check.lines())
+    print(report)
     assert [arm.arm for arm in check.arms] == ["planted", "flipped", "shuffled"]
     assert check.passed, report
 
