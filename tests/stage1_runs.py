@@ -30,6 +30,7 @@ def write_config(folder: Path, name: str = "stage1", cache_dir: Path | None = No
     config["stage1"]["rubric"] = str(REPO / "configs" / "rubrics" / "emotional_support.yaml")
     config["stage2"]["rubric"] = str(REPO / "configs" / "rubrics" / "group_emotional_support.yaml")
     config["eval"]["assistant"] = str(REPO / "configs" / "rosters" / "assistant_emotional_support.yaml")
+    config["eval"]["neutral_rubric"] = str(REPO / "configs" / "rubrics" / "outcome_emotional_support.yaml")
     config["stage1"]["shard_size"] = 2
     config["stage1"]["k"] = 4
     config["tiny"]["warm_start_steps"] = TEST_WARM_START
