@@ -13,7 +13,7 @@ from browser import chromium, wait_for
 from chat_server import make_app
 from loopback_servers import serve
 from stage1_runs import MASCOT
-from test_chat_web import exchange, open_session, simulated_chat
+from test_chat_web import exchange, open_session, simulated_chat, vllm_like
 
 from cli.web.chat_app import chat_app
 from mascot.chat.group import load_group
@@ -37,7 +37,7 @@ BY_CATEGORY = {
 
 @pytest.fixture(scope="module")
 def loopback():
-    app = make_app(seconds_per_token=0.0)
+    app = make_app(seconds_per_token=0.0, served=vllm_like())
     with serve(app) as url:
         yield app, url
 

@@ -12,8 +12,9 @@ import time
 import httpx
 import pytest
 from browser import chromium, wait_for
-from chat_server import make_app
+from chat_server import DEFAULT_MODEL, make_app
 from loopback_servers import serve
+from served_models import ServedModels
 
 from cli.web.chat_app import chat_app
 from mascot.chat.group import load_group
@@ -44,15 +45,21 @@ def open_session(url: str) -> str:
 @pytest.fixture(scope="module")
 def simulated():
     """A loopback server slow enough (20 ms a word) that a reply visibly streams and an exchange takes a while."""
-    app = make_app(seconds_per_token=0.02)
+    app = make_app(seconds_per_token=0.02, served=vllm_like())
     with serve(app) as url:
         yield app, url
 
 
+def vllm_like() -> ServedModels:
+    """The loopback server as the paper profile's vLLM: it loads the run's adapters at runtime."""
+    return ServedModels(DEFAULT_MODEL, allow_runtime_lora=True)
+
+
 def simulated_chat(url: str):
-    """The run's chat section with both roles on the loopback server, as the paper profile serves them."""
-    roles = {role: {"kind": "openai", "model": role, "base_url": f"{url}/v1", "params": {"max_new_tokens": 40}}
-             for role in ("speaker", "director")}
+    """The run's chat section with both roles on the loopback server, as the paper profile serves them: the run's
+    adapters loaded into it under names carrying their hashes."""
+    roles = {role: {"kind": "openai", "model": DEFAULT_MODEL, "load_adapter": True, "base_url": f"{url}/v1",
+                    "params": {"max_new_tokens": 40}} for role in ("speaker", "director")}
     return ChatConfig.model_validate({**roles, "max_sessions": 3})
 
 
