@@ -176,6 +176,11 @@ def director_eval_markdown(metrics: dict[str, Any]) -> list[str]:
               f"{clustered_interval(validity['director'])} (bootstrap over contexts); fallbacks: base "
               f"{fallbacks['base']}, trained {fallbacks['director']}.")]
     signal = metrics["signal"]
+    if signal["rollout_sd"] is not None and signal["directive_sd"] is None:
+        lines += ["", (f"Reward signal: the group reward model's score of one directive's rollouts varies by sd "
+                       f"{signal['rollout_sd']:.3f}; no held-out state has two distinct valid directives, so the "
+                       f"spread between directives, which is what a Director can change, is undefined "
+                       f"({signal['directives']} distinct valid directives of {signal['states']} states).")]
     if signal["rollout_sd"] is not None and signal["directive_sd"] is not None:
         low, high = signal["directive_sd_ci"]
         lines += ["", (f"Reward signal: the group reward model's score of one directive's rollouts varies by sd "

@@ -115,3 +115,6 @@ def test_the_reward_signals_spread_counts_distinct_valid_directives_and_has_an_i
     signal = reward_signal(flat, resamples=200)
     low, high = signal["directive_sd_ci"]
     assert low == 0.0 < signal["directive_sd"] <= high
+    # One distinct valid directive per state: the spread between directives is undefined, and the report says so.
+    single = reward_signal(samples.filter(pl.col("text") == "a"), resamples=200)
+    assert single["rollout_sd"] is not None and single["directive_sd"] is None
