@@ -115,7 +115,8 @@ def log_metrics(stage: str, metrics: dict[str, Any]) -> str | None:
             value = (wandb.Histogram(value.values) if value.values is not None
                      else wandb.Histogram(np_histogram=(value.counts, value.edges)))
         elif isinstance(value, list):
-            value = wandb.Table(columns=list(value[0]), rows=[list(row.values()) for row in value])
+            # Mixed types: an entry may be null in one row (an undefined interval) and a number in the next.
+            value = wandb.Table(columns=list(value[0]), rows=[list(row.values()) for row in value], allow_mixed_types=True)
         logged[f"{stage}/{name}"] = value
     run.log(logged)
     return run.dir
