@@ -33,6 +33,7 @@ from mascot.config import GRPOPolicyConfig
 from mascot.data import SAMPLES_DIR, load_contexts
 from mascot.dialogue.directives import active_personas, director_messages, parse_directive
 from mascot.dialogue.turns import opening_turns
+from mascot.known_optima import EXPECTED, moved_as_expected
 from mascot.llm import make_backend
 from mascot.llm.structured import ReplyError
 from mascot.queries import request_seed
@@ -154,8 +155,7 @@ class ArmResult:
 
     @property
     def passed(self) -> bool:
-        low, high = self.difference["ci_low"], self.difference["ci_high"]
-        return {"rise": low > 0, "fall": high < 0, "stay": low <= 0 <= high}[self.expected]
+        return moved_as_expected(self.difference, self.expected)
 
 
 @dataclass
@@ -180,7 +180,6 @@ class DirectorCheck:
         return out
 
 
-EXPECTED = {"planted": "rise", "flipped": "fall", "shuffled": "stay"}
 
 
 def run_director_check(policy: GRPOPolicyConfig, roster: Roster, out: Path, *, samples_per_prompt: int = 8,

@@ -46,6 +46,7 @@ from mascot.config import BackendConfig, DataConfig, GRPOPolicyConfig, RewardMod
 from mascot.data.contexts import write_contexts
 from mascot.judges.base import JudgeItem, Judgment
 from mascot.judges.panel import JudgePanel, judgments_frame
+from mascot.known_optima import EXPECTED, moved_as_expected
 from mascot.llm import make_backend
 from mascot.queries import Queries, Query
 from mascot.roster import Persona, Roster
@@ -64,7 +65,6 @@ MIN_PAIR_ACCURACY, MIN_SWAP_ACCURACY = 0.9, 0.8
 # KL anchor than the profile's 0.04 keeps the shuffled control in place.
 CHECK_SETTINGS = {"learning_rate": 3e-3, "beta": 0.1, "batch_size": 16, "num_generations": 4}
 ARMS = ("planted", "flipped", "shuffled")
-EXPECTED = {"planted": "rise", "flipped": "fall", "shuffled": "stay"}
 CRITERION = "persona_vocabulary"
 PLANTED_RUBRIC = Rubric(
     domain="emotional_support", name="Planted persona vocabulary", scale_min=0, scale_max=1,
@@ -229,8 +229,7 @@ class ArmResult:
 
     @property
     def passed(self) -> bool:
-        low, high = self.difference["ci_low"], self.difference["ci_high"]
-        return {"rise": low > 0, "fall": high < 0, "stay": low <= 0 <= high}[self.expected]
+        return moved_as_expected(self.difference, self.expected)
 
 
 @dataclass

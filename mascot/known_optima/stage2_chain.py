@@ -45,6 +45,7 @@ from mascot.config import (
 from mascot.data.context import Context, Message
 from mascot.data.contexts import write_context_table
 from mascot.judges.panel import PanelSpec
+from mascot.known_optima import EXPECTED, moved_as_expected
 from mascot.queries import context_ids
 from mascot.roster import load_roster
 from mascot.stage2.branching import CastSpec, Setting, generate_shard
@@ -76,7 +77,6 @@ SITUATIONS = [f"{person} {event}." for event in EVENTS for person in PEOPLE]
 TRAINING_SITUATIONS, HELD_OUT_SITUATIONS = SITUATIONS[::3] + SITUATIONS[1::3], SITUATIONS[2::3]
 MIN_RM_ACCURACY = 0.9
 ARMS = {"planted": None, "flipped": "flipped", "shuffled": "shuffled"}  # arm -> the judge's control
-EXPECTED = {"planted": "rise", "flipped": "fall", "shuffled": "stay"}
 # The world's episode: from the opening, one block of one companion turn, six branches; nothing else plays.
 EPISODES = EpisodeConfig(block_turns=1, prefix_blocks=0, states=1, mode="block", trajectory_blocks=1,
                          user_turns=False, branches=6, max_directive_attempts=1, contexts_per_shard=64)
@@ -129,8 +129,7 @@ class ChainArm:
 
     @property
     def moved(self) -> bool:
-        low, high = self.fit_difference["ci_low"], self.fit_difference["ci_high"]
-        return {"rise": low > 0, "fall": high < 0, "stay": low <= 0 <= high}[self.expected]
+        return moved_as_expected(self.fit_difference, self.expected)
 
     @property
     def choice_depends_on_cue(self) -> bool:
