@@ -29,7 +29,7 @@ from mascot.evaluation.conversations import ConversationJob
 from mascot.evaluation.pairwise import PairwiseJob
 from mascot.evaluation.report import ReportSpec, judges_of
 from mascot.evaluation.scoring import ScoringJob
-from mascot.evaluation.systems import Components, system_setup
+from mascot.evaluation.systems import Components, default_block_tokens, system_setup
 from mascot.judges.panel import PanelSpec, judge_rubric_problem
 from mascot.roster import load_roster, load_user_profiles
 from mascot.rubrics import load_rubric
@@ -77,9 +77,11 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
             examples = few_shot_examples(stage1["contexts"], stage1["candidates"], stage1["judgments"],
                                          evaluation.few_shot_examples, config.run.seed)
             users = load_user_profiles(config.data.users).profiles if config.data.users else []
-            setups = [system_setup(name, parts, roster, assistant, users,
-                                   evaluation.block_turns or stage.episodes.block_turns,
-                                   stage.episodes.max_directive_attempts, examples, evaluation.self_consistency_samples)
+            block_turns = evaluation.block_turns or stage.episodes.block_turns
+            block_tokens = evaluation.block_tokens or default_block_tokens(block_turns, parts)
+            setups = [system_setup(name, parts, roster, assistant, users, block_turns,
+                                   stage.episodes.max_directive_attempts, examples, evaluation.self_consistency_samples,
+                                   block_tokens=block_tokens)
                       for name in systems]
 
             contexts = steps.write_eval_contexts(config.data, stage1["contexts"], config.run.seed,
@@ -115,6 +117,7 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
 
             spec = ReportSpec(run=config.run.name, systems=systems, seeds=evaluation.seeds,
                               judges=judges_of(config), confidence=evaluation.confidence,
+                              budgets={setup.name: setup.budget for setup in setups},
                               resamples=evaluation.bootstrap_resamples, seed=config.run.seed,
                               collective_rubric=job.group_panel.rubric.name)
             artifacts |= steps.report_evaluation(spec, contexts, scores, played, preferences, run.path("eval", "report"))

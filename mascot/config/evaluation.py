@@ -28,6 +28,11 @@ class EvalConfig(Section):
     blocks: int = Field(default=1, ge=1, description="Blocks per conversation, the simulated user's turn between two.")
     block_turns: int | None = Field(default=None, ge=1, description="Companion turns per block of the group systems "
                                     "(default stage2.episodes.block_turns); a single-assistant system takes one.")
+    block_tokens: int | None = Field(default=None, ge=1, description="Companion tokens per block, the same for every "
+                                     "system: each of a group's block_turns turns may write block_tokens / "
+                                     "block_turns, a single assistant's one reply all of them (default: block_turns "
+                                     "x the trained Speaker's max_new_tokens, so the group's turns keep the length "
+                                     "they were trained at). Must be a multiple of block_turns.")
     assistant: ConfigPath = Field(description="A one-persona roster YAML: the generic assistant of the "
                                   "single-assistant baselines.")
     rubric: ConfigPath | None = Field(default=None, description="Persona-level rubric (default stage1.rubric).")

@@ -140,6 +140,13 @@ class RunConfig(Section):
         if self.eval is not None and "sft" in self.eval.systems and self.train.sft is None:
             raise FieldError(("eval", "systems"), "the 'sft' baseline is trained by train.sft, which the config does "
                                                   "not have: add that section (see configs/tiny.yaml) or drop 'sft'")
+        if self.eval is not None and self.stage2 is not None and self.eval.block_tokens is not None:
+            turns = self.eval.block_turns or self.stage2.episodes.block_turns
+            if self.eval.block_tokens % turns:
+                raise FieldError(("eval", "block_tokens"), (
+                    f"a group's {turns} companion turns per block (eval.block_turns, else stage2.episodes.block_turns) "
+                    f"share the block's {self.eval.block_tokens} tokens equally, so it must be a multiple of {turns}, "
+                    f"e.g. {turns * max(1, self.eval.block_tokens // turns)}"))
         for trainer in self.train.trainers.values():  # a trainer without its own seed takes the run's
             if trainer.seed is None:
                 trainer.seed = self.run.seed

@@ -41,6 +41,7 @@ class ReportSpec(BaseModel):
     resamples: int = 2000
     seed: int = 0
     collective_rubric: str | None = None  # its name: a single assistant weighed by it is flagged as tilted
+    budgets: dict[str, dict[str, int]] = {}  # per system: SystemSetup.budget (turns, turn_tokens, block_tokens)
 
 
 def write_report(spec: ReportSpec, contexts: Artifact, scores: Artifact, conversations: Artifact,
@@ -52,6 +53,7 @@ def write_report(spec: ReportSpec, contexts: Artifact, scores: Artifact, convers
     summary["preferences"] = preference_results(preferences.read_parquet(), spec.confidence, spec.resamples,
                                                 spec.seed, clusters, spec.collective_rubric,
                                                 companion_words(conversations.read_parquet()))
+    summary["budgets"] = budget_summary(spec.budgets, conversations.read_parquet())
     figures = write_figures(summary, out)
     written = {"eval/summary": write_json(summary, out / "summary.json"), **figures,
                "eval/report": write_text(report_markdown(summary, [a.path.name for a in figures.values()]),
@@ -93,6 +95,35 @@ def write_figures(summary: dict[str, Any], out: Path) -> dict[str, Artifact]:
     return figures
 
 
+def budget_summary(budgets: dict[str, dict[str, int]], conversations) -> dict[str, dict[str, Any]]:
+    """Each system's token budget per block with the companion words it wrote per block on average (over every
+    conversation's blocks), the length the judges saw."""
+    from mascot.evaluation.metrics import words
+
+    totals: dict[tuple, int] = {}
+    for system, context, seed, block, role, text in conversations.select(
+            "system", "context_id", "seed", "block", "role", "text").iter_rows():
+        if role == "companion":
+            key = (system, context, seed, block)
+            totals[key] = totals.get(key, 0) + len(words(text or ""))
+    result = {}
+    for system, budget in budgets.items():
+        blocks = [count for key, count in totals.items() if key[0] == system]
+        result[system] = {**budget, "words_per_block": sum(blocks) / len(blocks) if blocks else None}
+    return result
+
+
+def budget_line(budgets: dict[str, dict[str, Any]]) -> str:
+    """Whether every system had the same companion tokens per block, as the setups capped them."""
+    per_block = sorted({b["block_tokens"] for b in budgets.values()})
+    if len(per_block) == 1:
+        return (f"Budgets are matched: every system may write {per_block[0]} companion tokens per block (eval.block_tokens), "
+                "a group's turns an equal share each and a single assistant's one reply all of them, so a group is not "
+                "judged on more text by construction; the Systems table gives each cap and the words written.")
+    return (f"**Budgets are not matched: companion tokens per block range over {', '.join(map(str, per_block))}** "
+            "(see the Systems table); LLM judges favour longer answers.")
+
+
 def preamble(summary: dict[str, Any]) -> list[str]:
     judges, lines = summary["judges"], []
     lines.append(f"Judges: {', '.join(judges['persona'])} (persona level), {', '.join(judges['collective'])} "
@@ -118,6 +149,8 @@ def preamble(summary: dict[str, Any]) -> list[str]:
                  f"[{summary['confidence']:.0%} percentile bootstrap interval over clusters, the unit of "
                  "independence: a meeting for QMSum, whose windows share participants and queries, otherwise the "
                  "context]; comparisons pair the systems cluster by cluster.")
+    if summary.get("budgets"):
+        lines.append(budget_line(summary["budgets"]))
     cot = summary["reasoning"]
     if cot["turns"]:
         lines.append(f"CoT systems: the reply is the text after the last `{cot['marker']}`; the reasoning before it "
@@ -213,9 +246,7 @@ def report_markdown(summary: dict[str, Any], figures: list[str] = ()) -> str:
     systems = summary["systems"]
     lines = [f"# Evaluation: {summary['run']}", "", *(f"{line}\n" for line in preamble(summary)),
              *(f"![{name.removesuffix('.png')}]({name})\n" for name in figures), "## Systems", "",
-             "| system | what it is |", "|---|---|",
-             *(f"| {SYSTEMS[s].label} (`{s}`) | {summary['descriptions'][s]} |"
-               for s in systems), ""]
+             *systems_table(summary), ""]
     for name, results in summary["results"].items():
         lines += [f"## Contexts: {name}", ""]
         for level, metrics in summary["metrics"].items():
@@ -248,6 +279,25 @@ def report_markdown(summary: dict[str, Any], figures: list[str] = ()) -> str:
         lines.append(f"- {level}, {entry['judges']} judges: " + "; ".join(cells) + ".")
     lines += ["", *splits_markdown(summary)]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def systems_table(summary: dict[str, Any]) -> list[str]:
+    """What each system is, with its companion-token budget per block and the words it wrote, where recorded."""
+    budgets = summary.get("budgets") or {}
+    if not budgets:
+        return ["| system | what it is |", "|---|---|",
+                *(f"| {SYSTEMS[s].label} (`{s}`) | {summary['descriptions'][s]} |" for s in summary["systems"])]
+
+    def budget(system: str) -> str:
+        entry = budgets.get(system)
+        if entry is None:
+            return "– | –"
+        words = "–" if entry["words_per_block"] is None else f"{entry['words_per_block']:.1f}"
+        return f"{entry['turns']} × {entry['turn_tokens']} = {entry['block_tokens']} | {words}"
+
+    return ["| system | what it is | companion tokens per block (turns × cap) | words per block (mean) |",
+            "|---|---|---|---|",
+            *(f"| {SYSTEMS[s].label} (`{s}`) | {summary['descriptions'][s]} | {budget(s)} |" for s in summary["systems"])]
 
 
 SPLIT_TITLES = {"valence": "valence (Empathetic Dialogues' emotion label)", "meeting_type": "meeting domain (QMSum)"}

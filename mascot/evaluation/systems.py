@@ -5,6 +5,11 @@ and request cache. A *group* system answers each block with `block_turns` compan
 of the roster chosen for each turn; a *single-assistant* system answers with one reply of a generic
 assistant (a one-persona roster, `eval.assistant`). The simulated user is the same for all.
 
+Budgets are matched: every system may write the same number of companion tokens per block
+(`eval.block_tokens`). A group's turns share it equally, and a single assistant's one reply may use
+all of it, since LLM judges favour longer answers and a group would otherwise write `block_turns`
+times as much (`turn_tokens` gives each turn's cap; the report states them, `SystemSetup.budget`).
+
 | system | speaker | who speaks next | prompt |
 |---|---|---|---|
 | mascot | trained Speaker | trained Director (GRPO, the paper's method) | the persona's own |
@@ -101,6 +106,12 @@ class SystemSetup(BaseModel):
     def spec(self) -> SystemSpec:
         return SYSTEMS[self.name]
 
+    @property
+    def budget(self) -> dict[str, int]:
+        """Companion turns per block, the cap of each, and their product: the tokens it may write per block."""
+        cap = self.speaker.params.max_new_tokens
+        return {"turns": self.block_turns, "turn_tokens": cap, "block_tokens": self.block_turns * cap}
+
     def cast(self, cache: RequestCache | None) -> Cast:
         director = (make_backend(self.director, cache=cache) if self.director is not None
                     else ScriptedDirector(self.roster))
@@ -129,11 +140,31 @@ class Components:
     sft_speaker: BackendConfig | None = None  # the SFT baseline's adapter, where it is evaluated
 
 
+def default_block_tokens(block_turns: int, parts: Components) -> int:
+    """eval.block_tokens when the config leaves it out: a group's turns at the trained Speaker's own length, and a
+    single assistant the whole block's worth."""
+    return block_turns * parts.trained_speaker.params.max_new_tokens
+
+
+def turn_tokens(name: SystemName, block_tokens: int, block_turns: int) -> int:
+    """The most tokens one companion turn of system `name` may write, out of the block's `block_tokens`."""
+    turns = block_turns if SYSTEMS[name].group else 1
+    if block_tokens % turns:
+        raise ValueError(f"{block_tokens} companion tokens per block do not split equally over {turns} turns")
+    return block_tokens // turns
+
+
+def with_max_tokens(backend: BackendConfig, tokens: int) -> BackendConfig:
+    return backend.model_copy(update={"params": backend.params.model_copy(update={"max_new_tokens": tokens})})
+
+
 def system_setup(name: SystemName, parts: Components, roster: Roster, assistant: Roster, profiles: list[UserProfile],
                  block_turns: int, max_directive_attempts: int, examples: Sequence[FewShotExample] = (),
-                 self_consistency_samples: int = 5) -> SystemSetup:
-    """The setup of system `name` from its parts (see the module's table)."""
+                 self_consistency_samples: int = 5, *, block_tokens: int) -> SystemSetup:
+    """The setup of system `name` from its parts (see the module's table), its Speaker capped at its share of the
+    block's `block_tokens` (`turn_tokens`)."""
     common = {"name": name, "user": parts.user, "profiles": profiles, "max_directive_attempts": max_directive_attempts}
+    cap = turn_tokens(name, block_tokens, block_turns)
     if SYSTEMS[name].group:
         trained = name != "multi_agent"
         director = {"mascot_c": None, "multi_agent": parts.base_director,
@@ -141,12 +172,12 @@ def system_setup(name: SystemName, parts: Components, roster: Roster, assistant:
         if director is None and name != "mascot_c":
             raise ValueError(f"system '{name}' plays a trained Director that this run does not have")
         return SystemSetup(**common, roster=roster, director=director, block_turns=block_turns,
-                           speaker=parts.trained_speaker if trained else parts.base_speaker,
+                           speaker=with_max_tokens(parts.trained_speaker if trained else parts.base_speaker, cap),
                            persona_specific=name != "mascot_p")
     speaker = parts.sft_speaker if name == "sft" else parts.base_speaker
     if speaker is None:
         raise ValueError("system 'sft' plays the SFT baseline's adapter, which was not given")
-    return SystemSetup(**common, roster=assistant, director=None, block_turns=1, speaker=speaker,
+    return SystemSetup(**common, roster=assistant, director=None, block_turns=1, speaker=with_max_tokens(speaker, cap),
                        cot=name.endswith("_cot"), examples=list(examples) if name.startswith("few_shot") else [],
                        samples=self_consistency_samples if name == "self_consistency" else 1)
 

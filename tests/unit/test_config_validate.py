@@ -218,6 +218,8 @@ BROKEN_CONFIGS = [
      ["eval.neutral_rubric", "outcome_meetings.yaml is for 'meetings', but data.domain is 'emotional_support'"]),
     ("eval-neutral-rubric-unscorable", "tiny.yaml", ("eval.neutral_rubric", "rubrics/emotional_support.yaml"),
      ["eval.neutral_rubric", "the pairwise judge 'heuristic' cannot score rubric", "has no formula"]),
+    ("eval-block-tokens-do-not-split", "tiny.yaml", ("eval.block_tokens", 81),
+     ["eval.block_tokens", "a group's 2 companion turns per block", "must be a multiple of 2, e.g. 80"]),
     ("eval-adapter-is-a-file", "tiny.yaml", ("eval.speaker", {"kind": "transformers", "model": "tiny:lm",
                                                              "adapter": "tiny.yaml"}),
      ["eval.speaker.adapter", "tiny.yaml is a file; expected a PEFT adapter folder"]),

@@ -65,11 +65,11 @@ def parts(url: str) -> Components:
                       trained_director_dpo=backends["director-dpo"], sft_speaker=backends["sft"], user=backends["user"])
 
 
-def play(name, chat, contexts, tmp_path):
+def play(name, chat, contexts, tmp_path, block_tokens=12):
     app, url = chat
     app.state.stats = type(app.state.stats)()
     setup = system_setup(name, parts(url), ROSTER, ASSISTANT, PROFILES, block_turns=2, max_directive_attempts=2,
-                         examples=EXAMPLES, self_consistency_samples=3)
+                         examples=EXAMPLES, self_consistency_samples=3, block_tokens=block_tokens)
     frame = contexts[1].read_parquet()
     job = ConversationJob(system=setup, contexts=contexts[1], seeds=[0, 1], blocks=2,
                           requests=tmp_path / f"{name}.sqlite")
@@ -146,6 +146,43 @@ def test_systems_draw_the_same_seeds_at_the_same_place(chat, contexts, tmp_path)
         _, bodies = play(name, chat, contexts, tmp_path)
         seeds[name] = sorted(b["seed"] for b in bodies if b["model"] in ("speaker", "base-speaker"))
     assert seeds["mascot"] == seeds["multi_agent"]
+
+
+SPEAKERS = {"base-speaker", "speaker", "sft"}
+
+
+@pytest.mark.parametrize("block_tokens", [12, 20])
+def test_every_system_may_write_the_same_companion_tokens_per_block(block_tokens, chat, contexts, tmp_path):
+    """The requests' max_tokens: a group's two turns get half the block's budget each, a single assistant's one reply
+    all of it; the loopback server writes max_tokens words, so the words per block the judges see match too."""
+    per_block, words = {}, {}
+    for name in ("mascot", "multi_agent", "mascot_c", "zero_shot", "few_shot_cot", "sft", "self_consistency"):
+        table, bodies = play(name, chat, contexts, tmp_path, block_tokens)
+        caps = {body["max_tokens"] for body in bodies if body["model"] in SPEAKERS}
+        turns = 2 if SYSTEMS[name].group else 1
+        assert caps == {block_tokens // turns}, name
+        per_block[name] = turns * caps.pop()
+        companions = table.filter(pl.col("role") == "companion").with_columns(
+            words=pl.col("text").str.split(" ").list.len())
+        words[name] = set(companions.group_by("context_id", "seed", "block").agg(pl.col("words").sum())["words"])
+    assert set(per_block.values()) == {block_tokens}
+    assert all(counts == {block_tokens} for counts in words.values()), words
+
+
+def test_a_budget_that_does_not_split_over_a_groups_turns_is_refused(chat):
+    with pytest.raises(ValueError, match="13 companion tokens per block do not split equally over 2 turns"):
+        system_setup("mascot", parts(chat[1]), ROSTER, ASSISTANT, PROFILES, block_turns=2, max_directive_attempts=2,
+                     block_tokens=13)
+    assert system_setup("zero_shot", parts(chat[1]), ROSTER, ASSISTANT, PROFILES, block_turns=2,
+                        max_directive_attempts=2, block_tokens=13).budget == {"turns": 1, "turn_tokens": 13,
+                                                                              "block_tokens": 13}
+
+
+def test_the_default_budget_keeps_the_trained_speakers_turn_length(chat):
+    from mascot.evaluation.systems import default_block_tokens
+
+    components = parts(chat[1])
+    assert default_block_tokens(3, components) == 3 * components.trained_speaker.params.max_new_tokens == 18
 
 
 def test_reasoning_is_stripped_after_the_last_marker():

@@ -103,3 +103,24 @@ def test_collective_scores_and_differences_are_among_group_systems_only():
     assert ("multi_agent", "collective") in by_level
     compared = {(c["baseline"], c["level"]) for c in negative["comparisons"]}
     assert compared == {("multi_agent", "persona"), ("multi_agent", "collective"), ("zero_shot", "persona")}
+
+
+def test_the_report_states_each_systems_token_budget_and_whether_they_match():
+    from mascot.evaluation.report import budget_summary
+
+    conversations = pl.DataFrame({
+        "system": ["mascot", "mascot", "mascot", "zero_shot", "zero_shot"], "context_id": ["c"] * 5, "seed": [0] * 5,
+        "block": [0, 0, 1, 0, 1], "role": ["companion"] * 5, "text": ["a b", "c d e", "f", "g h i j", "k l"]})
+    budgets = budget_summary({"mascot": {"turns": 2, "turn_tokens": 40, "block_tokens": 80},
+                              "zero_shot": {"turns": 1, "turn_tokens": 80, "block_tokens": 80}}, conversations)
+    assert budgets["mascot"]["words_per_block"] == pytest.approx(3.0)  # (2 + 3) and 1 words in its two blocks
+    assert budgets["zero_shot"]["words_per_block"] == pytest.approx(3.0)
+    summary = build_summary("r", ["mascot", "zero_shot"], [0], {
+        "persona": ["heuristic"], "collective": ["heuristic"], "pairwise": "heuristic", "shared_with_training": [],
+        "heuristic_only": True}, CONTEXTS, scores(), conversations.with_columns(reasoning_marked=pl.lit(None, pl.Boolean)),
+        resamples=100) | {"preferences": [], "budgets": budgets}
+    report = report_markdown(summary)
+    assert "Budgets are matched: every system may write 80 companion tokens per block" in report
+    assert "| MASCOT (`mascot`) |" in report and "| 2 × 40 = 80 | 3.0 |" in report and "| 1 × 80 = 80 | 3.0 |" in report
+    summary["budgets"]["zero_shot"] |= {"turn_tokens": 40, "block_tokens": 40}
+    assert "**Budgets are not matched: companion tokens per block range over 40, 80**" in report_markdown(summary)
