@@ -118,6 +118,7 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
             spec = ReportSpec(run=config.run.name, systems=systems, seeds=evaluation.seeds,
                               judges=judges_of(config), confidence=evaluation.confidence,
                               budgets={setup.name: setup.budget for setup in setups},
+                              primary=evaluation.primary.model_dump(),
                               resamples=evaluation.bootstrap_resamples, seed=config.run.seed,
                               collective_rubric=job.group_panel.rubric.name)
             artifacts |= steps.report_evaluation(spec, contexts, scores, played, preferences, run.path("eval", "report"))

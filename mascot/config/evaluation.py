@@ -4,16 +4,41 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from mascot.config.backends import BackendConfig, JudgeConfig
 from mascot.config.base import ConfigPath, Section
+from mascot.yamlio import FieldError
 
 SystemName = Literal["mascot", "mascot_dpo", "multi_agent", "mascot_p", "mascot_c", "zero_shot", "zero_shot_cot",
                      "few_shot", "few_shot_cot", "sft", "self_consistency"]
 SYSTEM_NAMES: tuple[str, ...] = get_args(SystemName)
 # MASCOT with the DPO Director is played wherever Stage 2 trained one, so it is not listed by default.
 DEFAULT_SYSTEMS = tuple(name for name in SYSTEM_NAMES if name != "mascot_dpo")
+# The systems that answer with a group of personas (mascot.evaluation.systems.SYSTEMS says how each answers); the
+# collective rubric compares these only.
+GROUP_SYSTEMS = frozenset({"mascot", "mascot_dpo", "multi_agent", "mascot_p", "mascot_c"})
+# The automatic metrics (mascot.evaluation.metrics.automatic_metrics), which a primary endpoint may name.
+AUTOMATIC_METRICS = ("distinct_1", "distinct_2", "distinct_1_per_turn", "distinct_2_per_turn", "self_bleu",
+                     "mean_length", "sentiment")
+PrimaryLevel = Literal["persona", "collective", "automatic"]
+
+
+class PrimaryEndpoint(Section):
+    """The one comparison the evaluation is declared, before it runs, to test: MASCOT minus `baseline` on `metric` of
+    `level`, on the contexts of `eval_set`. It is reported first, with its own p; every other comparison is
+    secondary and Holm-adjusted together."""
+
+    baseline: SystemName | None = Field(default=None, description="The system MASCOT is compared with (default: the "
+                                        "untrained multi-agent group, multi_agent, where listed; else the first "
+                                        "other group system listed; else the first other system listed).")
+    level: PrimaryLevel | None = Field(default=None, description="persona, collective or automatic (default: "
+                                       "collective against a group, whose rubric scores one voice low by "
+                                       "construction, so persona against a single assistant).")
+    metric: str = Field(default="overall", min_length=1, description="A criterion of that level's rubric, 'overall', "
+                        "or an automatic metric.")
+    eval_set: str = Field(default="held_out", min_length=1, description="'held_out' (Stage 1's held-out contexts), "
+                          "'all', or a data.held_out corpus as '<source>:<split>'.")
 
 
 class EvalConfig(Section):
@@ -58,6 +83,7 @@ class EvalConfig(Section):
     contexts_per_shard: int = Field(default=8, ge=1, description="Contexts per cached conversation shard.")
     max_judge_failure_rate: float = Field(default=0.1, ge=0.0, le=1.0,
                                           description="Fail the run when more judgments than this share fail.")
+    primary: PrimaryEndpoint = Field(default_factory=PrimaryEndpoint, description="The pre-declared primary endpoint.")
     bootstrap_resamples: int = Field(default=2000, ge=100, description="Resamples of every bootstrap interval.")
     confidence: float = Field(default=0.95, gt=0.5, lt=1.0, description="Level of every interval.")
 
@@ -75,3 +101,26 @@ class EvalConfig(Section):
             raise ValueError("the evaluation compares 'mascot' with the other systems, so 'mascot' must be listed")
         return systems
 
+    @model_validator(mode="after")
+    def _primary_is_a_comparison_made(self) -> EvalConfig:
+        """Resolve the primary endpoint's defaults from the systems listed, and refuse one no comparison makes."""
+        primary = self.primary
+        others = [name for name in self.systems if name != "mascot"]
+        if primary.baseline is not None and primary.baseline not in others:
+            raise FieldError(("primary", "baseline"), (
+                f"'{primary.baseline}' is not a baseline of this evaluation: MASCOT is compared with the systems of "
+                f"eval.systems other than 'mascot' ({', '.join(others) or 'none listed'})"))
+        if primary.baseline is None and others:
+            groups = [name for name in others if name in GROUP_SYSTEMS]
+            primary.baseline = "multi_agent" if "multi_agent" in others else (groups or others)[0]
+        if primary.baseline is not None and primary.level is None:
+            primary.level = "collective" if primary.baseline in GROUP_SYSTEMS else "persona"
+        if primary.level == "collective" and primary.baseline is not None and primary.baseline not in GROUP_SYSTEMS:
+            raise FieldError(("primary", "level"), (
+                f"'{primary.baseline}' is a single assistant, and the collective rubric scores one voice low by "
+                "construction, so the collective level compares group systems only; choose level persona or "
+                "automatic, or a group baseline"))
+        if primary.level == "automatic" and primary.metric not in AUTOMATIC_METRICS:
+            raise FieldError(("primary", "metric"), (
+                f"'{primary.metric}' is not an automatic metric; expected one of {', '.join(AUTOMATIC_METRICS)}"))
+        return self

@@ -197,7 +197,27 @@ def _eval_problems(document: YamlDocument, config: RunConfig, rubric_problem: Ru
             if rubric_problem is not None and (why := rubric_problem(judge, rubric, level)) is not None:
                 problems.append(document.problem(loc, f"judge '{judge.label}' (eval.{panel}[{index}]) cannot score "
                                                       f"rubric {path}: {why}"))
-    return problems + _pairwise_problems(document, config, rubric_problem)
+    return problems + _pairwise_problems(document, config, rubric_problem) + _primary_metric_problems(document, config)
+
+
+def _primary_metric_problems(document: YamlDocument, config: RunConfig) -> list[Problem]:
+    """eval.primary.metric names a criterion of its level's rubric, or 'overall' (an automatic metric is checked
+    with the config; a rubric that does not load is reported at its own line)."""
+    evaluation = config.eval
+    metric, level = evaluation.primary.metric, evaluation.primary.level
+    if level not in ("persona", "collective") or metric == "overall":
+        return []
+    path = (evaluation.rubric or config.stage1.rubric) if level == "persona" else \
+        (evaluation.group_rubric or config.stage2.rubric)
+    try:
+        rubric = load_rubric(path)
+    except (ConfigError, OSError):
+        return []
+    if metric in rubric.criterion_ids:
+        return []
+    return [document.problem(("eval", "primary", "metric"), (
+        f"'{metric}' is not a criterion of rubric {path} (the level eval.primary.level scores by); expected "
+        f"'overall' or one of {', '.join(rubric.criterion_ids)}"))]
 
 
 def _pairwise_problems(document: YamlDocument, config: RunConfig, rubric_problem: RubricProblem | None

@@ -147,6 +147,12 @@ class RunConfig(Section):
                     f"a group's {turns} companion turns per block (eval.block_turns, else stage2.episodes.block_turns) "
                     f"share the block's {self.eval.block_tokens} tokens equally, so it must be a multiple of {turns}, "
                     f"e.g. {turns * max(1, self.eval.block_tokens // turns)}"))
+        if self.eval is not None:
+            sets = ["held_out", "all", *(f"{c.source}:{c.split}" for c in self.data.held_out if self.eval.out_of_domain)]
+            if self.eval.primary.eval_set not in sets:
+                raise FieldError(("eval", "primary", "eval_set"), (
+                    f"'{self.eval.primary.eval_set}' is not an evaluation set of this config; expected one of "
+                    f"{', '.join(sets)} (a data.held_out corpus as '<source>:<split>', with eval.out_of_domain on)"))
         for trainer in self.train.trainers.values():  # a trainer without its own seed takes the run's
             if trainer.seed is None:
                 trainer.seed = self.run.seed

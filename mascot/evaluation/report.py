@@ -41,6 +41,7 @@ class ReportSpec(BaseModel):
     resamples: int = 2000
     seed: int = 0
     collective_rubric: str | None = None  # its name: a single assistant weighed by it is flagged as tilted
+    primary: dict[str, Any] | None = None  # eval.primary as resolved: baseline, level, metric, eval_set
     budgets: dict[str, dict[str, int]] = {}  # per system: SystemSetup.budget (turns, turn_tokens, block_tokens)
 
 
@@ -48,7 +49,7 @@ def write_report(spec: ReportSpec, contexts: Artifact, scores: Artifact, convers
                  preferences: Artifact, out: Path) -> tuple[dict[str, Any], dict[str, Artifact]]:
     summary = build_summary(spec.run, spec.systems, spec.seeds, spec.judges, contexts.read_parquet(),
                             scores.read_parquet(), conversations.read_parquet(), spec.confidence,
-                            spec.resamples, spec.seed)
+                            spec.resamples, spec.seed, spec.primary)
     clusters = dict(with_cluster(contexts.read_parquet()).select("context_id", "cluster").iter_rows())
     summary["preferences"] = preference_results(preferences.read_parquet(), spec.confidence, spec.resamples,
                                                 spec.seed, clusters, spec.collective_rubric,
@@ -203,6 +204,26 @@ def _alpha(result: dict[str, Any]) -> str:
     return f"{result['alpha']:.3f}{interval} ({result['items']} conversations)"
 
 
+def primary_note(summary: dict[str, Any], eval_set: str, level: str) -> list[str]:
+    """Under the comparison table that holds the primary endpoint, which cell it is."""
+    primary = summary.get("primary") or {}
+    declared = primary.get("declared") or {}
+    if primary.get("comparison") is None or (declared["eval_set"], declared["level"]) != (eval_set, level):
+        return []
+    return [(f"**Primary endpoint:** the {declared['metric']} cell of − {SYSTEMS[declared['baseline']].label} "
+            "(see the first section); every other cell is secondary."), ""]
+
+
+def family_words(summary: dict[str, Any]) -> str:
+    """How this report's p-values are adjusted: the primary endpoint apart, where one was computed."""
+    if (summary.get("primary") or {}).get("comparison") is not None:
+        return (f"the primary endpoint alone (its p_holm is its own p, a family of one), every other comparison secondary and Holm-adjusted across "
+                f"all {summary.get('holm_family', '?')} secondary comparisons of this report (every set, level, "
+                "metric, baseline and split bucket: one family).")
+    return (f"Holm-adjusted across all {summary.get('holm_family', '?')} comparisons of this report (every set, level, "
+            "metric, baseline and split bucket: one family).")
+
+
 def unpaired_note(results: dict[str, Any], level: str) -> str:
     """The conversations left out of this level's comparisons for want of a partner (a failed or undefined
     conversation on the other side), when there were any."""
@@ -242,9 +263,33 @@ def comparison_table(results: dict[str, Any], level: str, metrics: list[str], sy
     return lines
 
 
+def primary_markdown(summary: dict[str, Any]) -> list[str]:
+    """The pre-declared primary endpoint, first: what was declared, and its difference, interval, n and p."""
+    primary = summary.get("primary") or {}
+    declared, entry = primary.get("declared"), primary.get("comparison")
+    if not declared or declared.get("baseline") is None:
+        return []
+    level = LEVEL_TITLES[declared["level"]].split(" (")[0].lower()
+    what = (f"MASCOT − {SYSTEMS[declared['baseline']].label} on {declared['metric']} ({level}), contexts "
+            f"{declared['eval_set']}")
+    lines = ["## Primary endpoint", "", f"Declared in the config before the run (eval.primary): {what}."]
+    if entry is None or entry["mean"] is None:
+        lines += ["", ("**Not computed: the evaluation made no such comparison (its set, level, metric or baseline has "
+                  "no paired conversations).** Every comparison below is secondary."), ""]
+        return lines
+    lines += ["", (f"- **Primary:** {_difference(entry).split(', p_holm')[0]}, {entry['clusters']} clusters "
+              f"({entry['contexts']} contexts, {entry['seeds']} seeds, {entry['pairs']} pairs), sd "
+              f"{'–' if entry['sd'] is None else format(entry['sd'], '.3g')}; p = {entry['p']:.3f} ({entry['test']}), "
+              "tested alone, unadjusted."),
+              "", (f"Every other comparison in this report is secondary: Holm-adjusted across the "
+                   f"{summary.get('holm_family', '?')} secondary comparisons, and exploratory."), ""]
+    return lines
+
+
 def report_markdown(summary: dict[str, Any], figures: list[str] = ()) -> str:
     systems = summary["systems"]
     lines = [f"# Evaluation: {summary['run']}", "", *(f"{line}\n" for line in preamble(summary)),
+             *primary_markdown(summary),
              *(f"![{name.removesuffix('.png')}]({name})\n" for name in figures), "## Systems", "",
              *systems_table(summary), ""]
     for name, results in summary["results"].items():
@@ -261,10 +306,10 @@ def report_markdown(summary: dict[str, Any], figures: list[str] = ()) -> str:
             lines += [(f"MASCOT against each baseline ({LEVEL_TITLES[level].split(' (')[0].lower()}): the paired "
                        "difference over the (context, seed) pairs both have a value for, averaged per cluster "
                        "[interval over clusters], a paired sign-flip permutation p on the mean difference, "
-                       f"Holm-adjusted across all {summary.get('holm_family', '?')} comparisons of this report "
-                       "(every set, level, metric, baseline and split bucket: one family)."
+                       + family_words(summary)
                        + unpaired_note(results, level)), "",
-                      *comparison_table(results, level, metrics, systems), ""]
+                      *comparison_table(results, level, metrics, systems), "",
+                      *primary_note(summary, name, level)]
     lines += preference_markdown(summary)
     agreement = summary["agreement"]
     lines += ["## Agreement between judges", "",

@@ -121,17 +121,34 @@ def paired_rows(metric_rows: pl.DataFrame, baseline: str, confidence: float, res
                      "unpaired": sides[0].height + sides[1].height - 2 * paired.height}
 
 
-def adjust_across_report(results: dict[str, Any], splits: dict[str, Any]) -> int:
+def adjust_across_report(results: dict[str, Any], splits: dict[str, Any], primary: dict[str, Any] | None = None) -> int:
     """Holm across every comparison the report makes, in every evaluation set, level, metric, baseline and split
-    bucket: one family, so that no difference is called significant because many were looked at. Returns the
-    family's size."""
+    bucket: one family, so that no difference is called significant because many were looked at. The declared
+    primary endpoint (`primary_comparison`), where there is one, is tested alone at its own p and kept out of the
+    family; every other comparison is secondary. Returns the family's size."""
     family = [c for r in results.values() for c in r["comparisons"]]
     family += [c for columns in splits.values() for buckets in columns.values() for bucket in buckets.values()
                if bucket["results"] for c in bucket["results"]["comparisons"]]
+    chosen = primary_comparison(results, primary)
+    if chosen is not None:
+        chosen |= {"role": "primary", "p_holm": chosen["p"], "holm_family": "the primary endpoint, tested alone"}
+        family = [c for c in family if c is not chosen]
     for comparison, adjusted in zip(family, holm([c["p"] for c in family]), strict=True):
         comparison["p_holm"] = adjusted
-        comparison["holm_family"] = f"every comparison of the report ({len(family)})"
+        comparison["role"] = "secondary" if chosen is not None else "one family"
+        comparison["holm_family"] = (f"every secondary comparison of the report ({len(family)})" if chosen is not None
+                                     else f"every comparison of the report ({len(family)})")
     return len(family)
+
+
+def primary_comparison(results: dict[str, Any], primary: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The comparison the config declared primary (eval.primary: baseline, level, metric, eval_set), or None where
+    none was declared or the evaluation did not make it (its set or baseline was not played)."""
+    if not primary or primary.get("baseline") is None:
+        return None
+    compared = results.get(primary["eval_set"], {}).get("comparisons", [])
+    return next((c for c in compared if (c["baseline"], c["level"], c["metric"]) ==
+                 (primary["baseline"], primary["level"], primary["metric"])), None)
 
 
 AGREEMENT_RESAMPLES = 500  # alpha is recomputed per resample; its interval needs fewer than a mean's
@@ -220,7 +237,8 @@ def independence(contexts: pl.DataFrame) -> dict[str, Any]:
 
 def build_summary(run: str, systems: list[str], seeds: list[int], judges: dict[str, Any], contexts: pl.DataFrame,
                   scores: pl.DataFrame, conversations: pl.DataFrame,
-                  confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+                  confidence: float = 0.95, resamples: int = 2000, seed: int = 0,
+                  primary: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything report.md and summary.json show."""
     from mascot.evaluation.systems import REPLY_MARKER, SYSTEMS
 
@@ -231,5 +249,6 @@ def build_summary(run: str, systems: list[str], seeds: list[int], judges: dict[s
             "independence": independence(contexts),
             "confidence": confidence, "metrics": metric_names(scores),
             "reasoning": {"marker": REPLY_MARKER, **reasoning_counts(conversations)},
-            "results": results, "splits": splits, "holm_family": adjust_across_report(results, splits),
+            "results": results, "splits": splits, "holm_family": adjust_across_report(results, splits, primary),
+            "primary": {"declared": primary, "comparison": primary_comparison(results, primary)},
             "agreement": judge_agreements(scores, contexts, confidence, seed)}

@@ -220,6 +220,22 @@ BROKEN_CONFIGS = [
      ["eval.neutral_rubric", "the pairwise judge 'heuristic' cannot score rubric", "has no formula"]),
     ("eval-block-tokens-do-not-split", "tiny.yaml", ("eval.block_tokens", 81),
      ["eval.block_tokens", "a group's 2 companion turns per block", "must be a multiple of 2, e.g. 80"]),
+    ("eval-primary-baseline-not-evaluated", "tiny.yaml", ("eval.primary", {"baseline": "mascot_dpo"}),
+     ["eval.primary.baseline", "'mascot_dpo' is not a baseline of this evaluation", "multi_agent, mascot_p"]),
+    ("eval-primary-baseline-unknown", "tiny.yaml", ("eval.primary", {"baseline": "gpt_5"}),
+     ["eval.primary.baseline", "'multi_agent'", "got 'gpt_5'"]),
+    ("eval-primary-metric-unknown", "tiny.yaml", ("eval.primary", {"metric": "warmth"}),
+     ["eval.primary.metric", "'warmth' is not a criterion of rubric", "group_emotional_support.yaml",
+      "'overall' or one of persona_fidelity"]),
+    ("eval-primary-persona-metric-unknown", "tiny.yaml", ("eval.primary", {"level": "persona", "metric": "originality"}),
+     ["eval.primary.metric", "'originality' is not a criterion of rubric", "rubrics/emotional_support.yaml"]),
+    ("eval-primary-automatic-metric-unknown", "tiny.yaml", ("eval.primary", {"level": "automatic", "metric": "bleu"}),
+     ["eval.primary.metric", "'bleu' is not an automatic metric", "distinct_1_per_turn"]),
+    ("eval-primary-collective-against-one-voice", "tiny.yaml", ("eval.primary", {"baseline": "zero_shot",
+                                                                                "level": "collective"}),
+     ["eval.primary.level", "'zero_shot' is a single assistant", "compares group systems only"]),
+    ("eval-primary-unknown-set", "tiny.yaml", ("eval.primary", {"eval_set": "esconv:train"}),
+     ["eval.primary.eval_set", "'esconv:train' is not an evaluation set", "held_out, all, esconv:test"]),
     ("eval-adapter-is-a-file", "tiny.yaml", ("eval.speaker", {"kind": "transformers", "model": "tiny:lm",
                                                              "adapter": "tiny.yaml"}),
      ["eval.speaker.adapter", "tiny.yaml is a file; expected a PEFT adapter folder"]),
@@ -448,6 +464,17 @@ def test_relative_paths_resolve_against_config_folder(workdir):
     config = load_config(workdir / "tiny.yaml")
     assert config.data.roster == workdir / "rosters" / "emotional_support.yaml"
     assert config.data.corpus.path.is_dir()
+
+
+def test_the_primary_endpoint_defaults_to_the_untrained_group_on_the_collective_rubric(workdir):
+    config = load_config(workdir / "tiny.yaml")
+    assert config.eval.primary.model_dump() == {"baseline": "multi_agent", "level": "collective", "metric": "overall",
+                                                "eval_set": "held_out"}
+    data = _set(_yaml(workdir / "tiny.yaml"), "eval.systems", ["mascot", "zero_shot", "mascot_c"])
+    assert load_config(_write(workdir, "no-multi-agent.yaml", data)).eval.primary.baseline == "mascot_c"
+    data = _set(_yaml(workdir / "tiny.yaml"), "eval.systems", ["mascot", "zero_shot"])
+    primary = load_config(_write(workdir, "singles.yaml", data)).eval.primary
+    assert (primary.baseline, primary.level) == ("zero_shot", "persona")
 
 
 def test_the_docs_list_every_field():

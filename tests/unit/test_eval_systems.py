@@ -236,3 +236,11 @@ def test_a_run_with_only_a_dpo_director_is_told_to_train_the_papers_one(tmp_path
     grpo = write_json({"method": "grpo"}, run.root / "stage2" / "director" / "metrics.json")
     run.record({"stage2/director": grpo})
     assert set(trained_directors(run, "c.yaml")) == {"grpo", "dpo"}
+
+
+def test_the_configs_lists_of_group_systems_and_automatic_metrics_are_the_evaluations():
+    from mascot.config.evaluation import AUTOMATIC_METRICS, GROUP_SYSTEMS
+    from mascot.evaluation.metrics import automatic_metrics
+
+    assert GROUP_SYSTEMS == {name for name, spec in SYSTEMS.items() if spec.group}
+    assert tuple(automatic_metrics(["one turn here", "and another"])) == AUTOMATIC_METRICS

@@ -124,3 +124,36 @@ def test_the_report_states_each_systems_token_budget_and_whether_they_match():
     assert "| MASCOT (`mascot`) |" in report and "| 2 × 40 = 80 | 3.0 |" in report and "| 1 × 80 = 80 | 3.0 |" in report
     summary["budgets"]["zero_shot"] |= {"turn_tokens": 40, "block_tokens": 40}
     assert "**Budgets are not matched: companion tokens per block range over 40, 80**" in report_markdown(summary)
+
+
+def test_the_primary_endpoint_comes_first_alone_and_every_other_comparison_is_secondary_under_holm():
+    from mascot.evaluation.statistics import holm
+
+    judges = {"persona": ["heuristic"], "collective": ["heuristic"], "pairwise": "heuristic",
+              "shared_with_training": [], "heuristic_only": True}
+    conversations = pl.DataFrame({"role": ["companion"], "reasoning_marked": [None]},
+                                 schema_overrides={"reasoning_marked": pl.Boolean})
+    primary = {"baseline": "multi_agent", "level": "collective", "metric": "overall", "eval_set": "held_out"}
+    summary = build_summary("r", ["mascot", "multi_agent"], [0], judges, CONTEXTS, scores(), conversations,
+                            resamples=100, primary=primary) | {"preferences": []}
+    chosen = summary["primary"]["comparison"]
+    assert (chosen["baseline"], chosen["level"], chosen["metric"]) == ("multi_agent", "collective", "overall")
+    assert chosen in summary["results"]["held_out"]["comparisons"] and chosen["role"] == "primary"
+    assert chosen["p_holm"] == chosen["p"]  # tested alone, at its own p
+    family = [c for r in summary["results"].values() for c in r["comparisons"]]
+    family += [c for b in summary["splits"]["held_out"]["valence"].values() if b["results"]
+               for c in b["results"]["comparisons"]]
+    secondary = [c for c in family if c is not chosen]
+    assert summary["holm_family"] == len(secondary) == 9 and {c["role"] for c in secondary} == {"secondary"}
+    assert [c["p_holm"] for c in secondary] == holm([c["p"] for c in secondary])
+    report = report_markdown(summary)
+    assert report.index("## Primary endpoint") < report.index("## Systems") < report.index("## Contexts")
+    first = report.split("## Systems")[0]
+    assert "MASCOT − Multi-agent (untrained) on overall (collective), contexts held_out" in first
+    assert f"p = {chosen['p']:.3f}" in first and "Holm-adjusted across the 9 secondary comparisons" in first
+    assert report.count("**Primary endpoint:** the overall cell of − Multi-agent (untrained)") == 1
+    # A primary endpoint the evaluation did not make is said to be missing, and nothing is primary.
+    missing = build_summary("r", ["mascot", "multi_agent"], [0], judges, CONTEXTS, scores(), conversations,
+                            resamples=100, primary={**primary, "metric": "warmth"}) | {"preferences": []}
+    assert missing["primary"]["comparison"] is None and missing["holm_family"] == 10
+    assert "**Not computed" in report_markdown(missing)
