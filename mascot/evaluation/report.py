@@ -114,6 +114,19 @@ def budget_summary(budgets: dict[str, dict[str, int]], conversations) -> dict[st
     return result
 
 
+def incomplete_line(incomplete: dict[str, dict[str, dict[str, int]]]) -> str:
+    """How many conversations per level and system had a judge of the panel fail, and so were left out."""
+    total = sum(e["incomplete"] for systems in incomplete.values() for e in systems.values())
+    if total == 0:
+        return "Incomplete panels: none; every judge of each panel scored every conversation it was given, and every turn."
+    levels = "; ".join(f"{level}: " + ", ".join(f"{SYSTEMS[system].label} {e['incomplete']} of {e['conversations']}"
+                                                for system, e in systems.items())
+                       for level, systems in incomplete.items())
+    return (f"**Incomplete panels: {total} conversation score(s)** had a judge of the panel fail on the conversation or "
+            f"on one of its turns, and are left out of every summary and comparison at that level (a partner then "
+            f"goes unpaired) rather than averaged over the judges left ({levels}).")
+
+
 def budget_line(budgets: dict[str, dict[str, Any]]) -> str:
     """Whether every system had the same companion tokens per block, as the setups capped them."""
     per_block = sorted({b["block_tokens"] for b in budgets.values()})
@@ -146,10 +159,14 @@ def preamble(summary: dict[str, Any]) -> list[str]:
                      "runs and measures, and are not research claims about MASCOT.**")
     lines.append("Judge scores are on 0–100 by the linear map 100 × (score − min) / (max − min) of the rubric's "
                  "scale (1 → 0, 3 → 50, 5 → 100 on 1–5). A conversation's score is the mean over its companion "
-                 "turns (persona level) and over the panel's judges. Cells are mean ± sd over conversations "
+                 "turns (persona level) and over the panel's judges, each judge's scores standardised within that "
+                 "judge over the conversations the whole panel scored (so a harsh judge moves every conversation alike) and put back on the "
+                 "scale by the pooled mean and sd. Cells are mean ± sd over conversations "
                  f"[{summary['confidence']:.0%} percentile bootstrap interval over clusters, the unit of "
                  "independence: a meeting for QMSum, whose windows share participants and queries, otherwise the "
                  "context]; comparisons pair the systems cluster by cluster.")
+    if summary.get("incomplete_panels") is not None:
+        lines.append(incomplete_line(summary["incomplete_panels"]))
     if summary.get("budgets"):
         lines.append(budget_line(summary["budgets"]))
     cot = summary["reasoning"]

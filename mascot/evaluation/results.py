@@ -1,8 +1,9 @@
 """From scores.parquet to the evaluation's numbers: each system's score per metric, and MASCOT against
 each other system, on each evaluation set.
 
-A conversation's score on a judged metric is the mean over the panel's judges that scored it (their
-agreement is reported beside). Every summary resamples clusters (`mascot.evaluation.statistics`):
+A conversation's score on a judged metric is the mean of its judges' scores, each standardised within its
+judge (`panel_scores`), and only where the whole panel scored it: an incomplete panel is left out and
+counted per system (their agreement is reported beside). Every summary resamples clusters (`mascot.evaluation.statistics`):
 per system, mean ± sd over conversations, n conversations, contexts, clusters and seeds, and an
 interval; per comparison, the baseline it is against, the paired difference over the (context, seed)
 pairs both systems have a value for (a conversation without its partner is left out and counted),
@@ -33,17 +34,68 @@ MIN_SPLIT_CONTEXTS = 2  # a bucket of one context has no spread and no interval 
 
 
 def panel_scores(scores: pl.DataFrame) -> pl.DataFrame:
-    """One row per conversation and metric: the mean over the panel's judges (automatic metrics as they are);
-    null where no judge scored it, or the metric is undefined for it, so that summaries count it apart."""
-    return (scores
-            .group_by("system", "context_id", "seed", "level", "metric", maintain_order=True)
-            .agg(pl.col("value").mean(), pl.col("judge").n_unique().alias("judges")))
+    """One row per conversation and metric: the panel's score, from each judge's score standardised within that judge
+    (z over the conversations of the evaluation that the whole panel scored, at that level and metric), averaged over the judges and
+    put back on the scale by the pooled mean and sd of all the panel's scores; so a harsh or a lenient judge moves
+    every conversation alike, and one judge's spread does not outweigh another's. With one judge the value is its
+    own. `complete` is false where a judge of the panel (every judge that scored that level anywhere) has no score
+    for the conversation or scored fewer of its items (turns) than it had: such a panel is incomplete, and is left
+    out of every summary and comparison (`complete_panels`) rather than averaged over the judges left. Automatic
+    metrics are as they are. Null where the metric is undefined for the conversation."""
+    keys = ["system", "context_id", "seed", "level", "metric"]
+    judged = scores.filter(pl.col("level") != AUTOMATIC)
+    if "items" not in judged.columns:
+        judged = judged.with_columns(items=pl.lit(None, pl.Int64))
+    conversation = ["system", "context_id", "seed", "level"]
+    judged = judged.with_columns(complete=(
+        (pl.col("judge").n_unique().over(*conversation) == pl.col("judge").n_unique().over("level"))
+        & (pl.col("items").is_null() | pl.col("n").is_null() | (pl.col("n") >= pl.col("items"))).all()
+        .over(*conversation)))
+    # Each judge is standardised on the conversations the whole panel scored, as Stage 1's zscore aggregation is,
+    # so that every judge's mean and sd are taken over the same set.
+    on_complete = pl.col("value").filter(pl.col("complete"))
+    standardised = judged.with_columns(
+        judge_mean=on_complete.mean().over("level", "metric", "judge"),
+        judge_sd=on_complete.std().over("level", "metric", "judge"),
+        pooled_mean=on_complete.mean().over("level", "metric"),
+        pooled_sd=on_complete.std().over("level", "metric"),
+    ).with_columns(z=pl.when(pl.col("judge_sd") > 0)
+                   .then((pl.col("value") - pl.col("judge_mean")) / pl.col("judge_sd")).otherwise(0.0))
+    panel = (standardised.group_by(*keys, maintain_order=True).agg(
+        (pl.col("pooled_mean").first() + pl.col("pooled_sd").fill_null(0.0).first() * pl.col("z").mean())
+        .alias("value"),
+        pl.col("judge").n_unique().alias("judges"),
+        pl.col("complete").first()))
+    automatic = (scores.filter(pl.col("level") == AUTOMATIC).group_by(*keys, maintain_order=True)
+                 .agg(pl.col("value").mean(), pl.col("judge").n_unique().alias("judges"), pl.lit(True).alias("complete")))
+    return pl.concat([panel.with_columns(pl.col("value").cast(pl.Float64), pl.col("judges").cast(pl.UInt32)),
+                      automatic.with_columns(pl.col("value").cast(pl.Float64), pl.col("judges").cast(pl.UInt32))])
+
+
+def complete_panels(scores: pl.DataFrame) -> pl.DataFrame:
+    """The panel scores of conversations whose panel is complete; the others are counted by `incomplete_panels`."""
+    return panel_scores(scores).filter(pl.col("complete")).drop("complete")
+
+
+def incomplete_panels(scores: pl.DataFrame, systems: list[str]) -> dict[str, dict[str, dict[str, int]]]:
+    """Per judged level and system: the conversations scored, and those whose panel was incomplete (a judge failed on
+    the conversation, or on one of its turns), which every summary and comparison leaves out."""
+    panels = panel_scores(scores).filter(pl.col("level") != AUTOMATIC)
+    counts: dict[str, dict[str, dict[str, int]]] = {}
+    per_conversation = panels.group_by("system", "context_id", "seed", "level").agg(pl.col("complete").all())
+    for level in ("persona", "collective"):
+        for system in systems:
+            rows = per_conversation.filter((pl.col("level") == level) & (pl.col("system") == system))
+            if not rows.is_empty():
+                counts.setdefault(level, {})[system] = {"conversations": rows.height,
+                                                        "incomplete": int((~rows["complete"]).sum())}
+    return counts
 
 
 def evaluation_results(scores: pl.DataFrame, contexts: pl.DataFrame, systems: list[str], confidence: float = 0.95,
                        resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
     """Every system's summaries and MASCOT's comparisons, for each evaluation set and for all of them."""
-    merged = panel_scores(scores).join(with_cluster(contexts).select("context_id", "eval_set", "cluster"),
+    merged = complete_panels(scores).join(with_cluster(contexts).select("context_id", "eval_set", "cluster"),
                                        on="context_id", how="left")
     sets = {"all": merged, **{name: rows for (name,), rows in merged.group_by("eval_set", maintain_order=True)}}
     return {name: _set_results(rows, systems, confidence, resamples, seed) for name, rows in sets.items()}
@@ -54,7 +106,7 @@ def split_results(scores: pl.DataFrame, contexts: pl.DataFrame, systems: list[st
     """The same results within each evaluation set by valence and by meeting domain, where a set has at
     least two values of the column: `{set: {column: {value: results}}}`. A value with fewer than
     MIN_SPLIT_CONTEXTS contexts is listed with its count and no results (`None`)."""
-    merged = panel_scores(scores).join(with_cluster(contexts).select("context_id", "eval_set", "cluster", *SPLITS),
+    merged = complete_panels(scores).join(with_cluster(contexts).select("context_id", "eval_set", "cluster", *SPLITS),
                                        on="context_id", how="left")
     splits: dict[str, Any] = {}
     for (name,), rows in merged.group_by("eval_set", maintain_order=True):
@@ -250,5 +302,6 @@ def build_summary(run: str, systems: list[str], seeds: list[int], judges: dict[s
             "confidence": confidence, "metrics": metric_names(scores),
             "reasoning": {"marker": REPLY_MARKER, **reasoning_counts(conversations)},
             "results": results, "splits": splits, "holm_family": adjust_across_report(results, splits, primary),
+            "incomplete_panels": incomplete_panels(scores, systems),
             "primary": {"declared": primary, "comparison": primary_comparison(results, primary)},
             "agreement": judge_agreements(scores, contexts, confidence, seed)}

@@ -36,8 +36,10 @@ from mascot.roster import Roster
 from mascot.rubrics import Rubric
 
 AUTOMATIC = "automatic"
+# `n`: the items a judge scored (companion turns, or 1 conversation); `items`: the items there were to score, so a
+# judge that failed on one of them shows n < items and the conversation's panel is incomplete.
 SCORE_SCHEMA = {"system": pl.String, "context_id": pl.String, "seed": pl.Int64, "level": pl.String,
-                "judge": pl.String, "metric": pl.String, "value": pl.Float64, "n": pl.Int64}
+                "judge": pl.String, "metric": pl.String, "value": pl.Float64, "n": pl.Int64, "items": pl.Int64}
 
 
 class ScoringJob(BaseModel):
@@ -105,7 +107,7 @@ def score_conversations(job: ScoringJob, conversations: Artifact, judgments_out:
             *_judge_rows(group, job.group_panel.rubric, "collective", played)]
     for system, context_id, seed, texts in played.values():
         rows += [{"system": system, "context_id": context_id, "seed": seed, "level": AUTOMATIC, "judge": AUTOMATIC,
-                  "metric": metric, "value": value, "n": len(texts)}
+                  "metric": metric, "value": value, "n": len(texts), "items": len(texts)}
                  for metric, value in automatic_metrics(texts).items()]
     return judgments, write_parquet(pl.DataFrame(rows, schema=SCORE_SCHEMA), out)
 
@@ -120,7 +122,8 @@ def _judge_rows(frame: pl.DataFrame, rubric: Rubric, level: str, played: dict) -
     summary = ok.group_by("conversation", "judge").agg(pl.len().alias("n"), *(pl.col(m).mean() for m in metrics))
     rows = []
     for record in summary.sort("conversation", "judge").iter_rows(named=True):
-        system, context_id, seed, _ = played[record["conversation"]]
+        system, context_id, seed, texts = played[record["conversation"]]
+        items = len(texts) if level == "persona" else 1  # every companion turn, or the whole conversation
         rows += [{"system": system, "context_id": context_id, "seed": seed, "level": level, "judge": record["judge"],
-                  "metric": metric, "value": record[metric], "n": record["n"]} for metric in metrics]
+                  "metric": metric, "value": record[metric], "n": record["n"], "items": items} for metric in metrics]
     return rows

@@ -150,3 +150,98 @@ def test_judge_agreement_is_within_each_system_with_an_interval():
         assert result["alpha"] < 0 and result["items"] == 8, "within a system they never agree"
         assert result["ci_low"] <= result["alpha"] <= result["ci_high"] and result["resamples"] > 0
     assert judge_agreements(scores.filter(pl.col("judge") == "j1"))["collective"]["systems"]["mascot"]["alpha"] is None
+
+
+def _panel_rows(quality: dict[str, float], harsh_fails: set[tuple[str, str]], short_turns: set[tuple[str, str]] = ()):
+    """Two systems of equal quality per context, judged by a lenient judge j1 (the quality) and a harsh one j2 (30
+    points lower, over twice the spread), each on 2 turns; j2 fails on the (system, context)s of `harsh_fails`, and
+    scores only one of the two turns of those of `short_turns`."""
+    rows = []
+    for system in ("mascot", "zero_shot"):
+        for context, q in quality.items():
+            for judge, value in (("j1", q), ("j2", 2 * q - 90)):
+                if judge == "j2" and (system, context) in harsh_fails:
+                    continue
+                n = 1 if judge == "j2" and (system, context) in short_turns else 2
+                rows.append({"system": system, "context_id": context, "seed": 0, "level": "persona",
+                             "metric": "overall", "judge": judge, "value": float(value), "n": n, "items": 2})
+    return rows
+
+
+QUALITY = {"c1": 55.0, "c2": 40.0, "c3": 50.0, "c4": 60.0, "c5": 70.0, "c6": 55.0}  # c1 at the mean
+
+
+def test_a_harsh_judge_moves_every_conversation_alike_so_a_panel_missing_it_is_not_lifted():
+    import polars as pl
+
+    from mascot.evaluation.results import panel_scores
+    from mascot.evaluation.scoring import SCORE_SCHEMA
+
+    scores = pl.DataFrame(_panel_rows(QUALITY, {("mascot", "c1")}), schema=SCORE_SCHEMA)
+    panel = {(r["system"], r["context_id"]): r for r in panel_scores(scores).iter_rows(named=True)}
+    # MASCOT's c1 has only the lenient judge; standardised within each judge, it is where zero_shot's c1 is (both
+    # judges put c1 at their own mean, z = 0), where a plain mean over the judges left would lift it by
+    # (55 - (2 * 55 - 90)) / 2 = 17.5 points.
+    assert panel[("mascot", "c1")]["value"] == pytest.approx(panel[("zero_shot", "c1")]["value"])
+    assert not panel[("mascot", "c1")]["complete"] and panel[("zero_shot", "c1")]["complete"]
+    assert panel[("mascot", "c1")]["judges"] == 1
+    # By hand: z = 0 puts the panel at the pooled mean of every score; c4 (60) at the pooled mean plus the pooled sd
+    # times the mean of its two judges' z.
+    rows = [r for r in _panel_rows(QUALITY, {("mascot", "c1")}) if (r["system"], r["context_id"]) != ("mascot", "c1")]
+    values = [r["value"] for r in rows]  # each judge standardised on the conversations the whole panel scored
+    assert panel[("mascot", "c1")]["value"] == pytest.approx(np.mean(values))
+    z = [(next(r["value"] for r in rows if (r["judge"], r["system"], r["context_id"]) == (judge, "mascot", "c4"))
+          - np.mean(own)) / np.std(own, ddof=1)
+         for judge in ("j1", "j2") for own in [[r["value"] for r in rows if r["judge"] == judge]]]
+    assert panel[("mascot", "c4")]["value"] == pytest.approx(np.mean(values) + np.std(values, ddof=1) * np.mean(z))
+
+
+def test_an_incomplete_panel_is_left_out_and_counted_so_a_failed_judge_cannot_tilt_a_comparison():
+    import polars as pl
+
+    from mascot.evaluation.report import report_markdown
+    from mascot.evaluation.results import build_summary
+    from mascot.evaluation.scoring import SCORE_SCHEMA
+
+    # The harsh judge fails on MASCOT's c1 and c2, and scores one turn of two of zero_shot's c3.
+    rows = _panel_rows(QUALITY, {("mascot", "c1"), ("mascot", "c2")}, {("zero_shot", "c3")})
+    contexts = pl.DataFrame({"context_id": list(QUALITY), "eval_set": ["held_out"] * 6, "valence": [None] * 6,
+                             "meeting_type": [None] * 6},
+                            schema_overrides={"valence": pl.String, "meeting_type": pl.String})
+    summary = build_summary("r", ["mascot", "zero_shot"], [0], {}, contexts, pl.DataFrame(rows, schema=SCORE_SCHEMA),
+                            pl.DataFrame({"role": ["companion"], "reasoning_marked": [None]},
+                                         schema_overrides={"reasoning_marked": pl.Boolean}), resamples=200)
+    [comparison] = summary["results"]["held_out"]["comparisons"]
+    # Equal quality everywhere: the comparison is exactly 0 over the 3 complete pairs (c4, c5, c6); the three
+    # conversations whose partner's panel was incomplete are unpaired.
+    assert comparison["mean"] == pytest.approx(0.0, abs=1e-9)
+    assert (comparison["pairs"], comparison["unpaired"]) == (3, 3)
+    by_system = {e["system"]: e for e in summary["results"]["held_out"]["summaries"]}
+    assert by_system["mascot"]["n"] == 4 and by_system["zero_shot"]["n"] == 5
+    assert summary["incomplete_panels"] == {"persona": {"mascot": {"conversations": 6, "incomplete": 2},
+                                                        "zero_shot": {"conversations": 6, "incomplete": 1}}}
+    report = report_markdown(summary | {"preferences": [], "judges": {
+        "persona": ["j1", "j2"], "collective": [], "pairwise": "heuristic", "shared_with_training": [],
+        "heuristic_only": False}})
+    assert "**Incomplete panels: 3 conversation score(s)**" in report
+    assert "persona: MASCOT 2 of 6, Zero-Shot 1 of 6" in report
+
+
+def test_a_judge_that_failed_on_one_turn_is_seen_as_an_incomplete_panel():
+    """scores.parquet says how many of a conversation's items (its turns) each judge scored, and how many there were."""
+    import polars as pl
+    from test_cli import REPO
+
+    from mascot.evaluation.results import panel_scores
+    from mascot.evaluation.scoring import SCORE_SCHEMA, _judge_rows
+    from mascot.rubrics import load_rubric
+
+    rubric = load_rubric(REPO / "configs" / "rubrics" / "emotional_support.yaml")
+    key = "mascot|c1|s0"
+    judgments = pl.DataFrame([{"query_id": f"{key}|t{turn}", "judge": judge, "ok": ok, "overall": 4.0,
+                               **{c: 4.0 for c in rubric.criterion_ids}}
+                              for judge, oks in (("j1", (True, True)), ("j2", (True, False)))
+                              for turn, ok in zip((0, 2), oks, strict=True)])
+    rows = _judge_rows(judgments, rubric, "persona", {key: ("mascot", "c1", 0, ["hello", "there"])})
+    assert {(r["judge"], r["n"], r["items"]) for r in rows} == {("j1", 2, 2), ("j2", 1, 2)}
+    assert not panel_scores(pl.DataFrame(rows, schema=SCORE_SCHEMA))["complete"].any()
