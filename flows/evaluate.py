@@ -121,7 +121,8 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
                               primary=evaluation.primary.model_dump(),
                               resamples=evaluation.bootstrap_resamples, seed=config.run.seed,
                               collective_rubric=job.group_panel.rubric.name)
-            artifacts |= steps.report_evaluation(spec, contexts, scores, played, preferences, run.path("eval", "report"))
+            artifacts |= steps.report_evaluation(spec, contexts, scores, played, preferences, run.path("eval", "report"),
+                                                  judgments)
             run.record(artifacts)
     return artifacts
 

@@ -62,8 +62,8 @@ def judge_preferences(job: PairwiseJob, played: Artifact, out: Path) -> Artifact
 
 @task(**CACHED, **REPORTED)
 def report_evaluation(spec: ReportSpec, contexts: Artifact, scores: Artifact, played: Artifact,
-                      preferences: Artifact, out: Path) -> dict[str, Artifact]:
-    summary, written = report.write_report(spec, contexts, scores, played, preferences, keyed(out))
+                      preferences: Artifact, out: Path, judgments: Artifact | None = None) -> dict[str, Artifact]:
+    summary, written = report.write_report(spec, contexts, scores, played, preferences, keyed(out), judgments)
     key = f"{spec.run}-eval".lower().replace("_", "-").replace(".", "-")
     rows = [entry for entry in summary["results"]["all"]["summaries"] if entry["metric"] == "overall"]
     if rows:

@@ -46,10 +46,12 @@ class ReportSpec(BaseModel):
 
 
 def write_report(spec: ReportSpec, contexts: Artifact, scores: Artifact, conversations: Artifact,
-                 preferences: Artifact, out: Path) -> tuple[dict[str, Any], dict[str, Artifact]]:
+                 preferences: Artifact, out: Path, judgments: Artifact | None = None,
+                 ) -> tuple[dict[str, Any], dict[str, Artifact]]:
     summary = build_summary(spec.run, spec.systems, spec.seeds, spec.judges, contexts.read_parquet(),
                             scores.read_parquet(), conversations.read_parquet(), spec.confidence,
-                            spec.resamples, spec.seed, spec.primary)
+                            spec.resamples, spec.seed, spec.primary,
+                            judgments.read_parquet() if judgments is not None else None)
     clusters = dict(with_cluster(contexts.read_parquet()).select("context_id", "cluster").iter_rows())
     summary["preferences"] = preference_results(preferences.read_parquet(), spec.confidence, spec.resamples,
                                                 spec.seed, clusters, spec.collective_rubric,
@@ -213,12 +215,13 @@ def _difference(entry: dict[str, Any]) -> str:
     return f"{entry['mean']:+.{d}f} [{entry['ci_low']:+.{d}f}, {entry['ci_high']:+.{d}f}]{p}"
 
 
-def _alpha(result: dict[str, Any]) -> str:
+def _alpha(result: dict[str, Any], unit: str = "conversation") -> str:
+    units = f"{result['items']} {unit}s"
     if result["alpha"] is None:
-        return f"not computable ({result['items']} conversations)"
+        return f"not computable ({units})"
     interval = ("" if result["ci_low"] is None else
                 f" [{result['ci_low']:.3f}, {result['ci_high']:.3f}]")
-    return f"{result['alpha']:.3f}{interval} ({result['items']} conversations)"
+    return f"{result['alpha']:.3f}{interval} ({units})"
 
 
 def primary_note(summary: dict[str, Any], eval_set: str, level: str) -> list[str]:
@@ -330,15 +333,18 @@ def report_markdown(summary: dict[str, Any], figures: list[str] = ()) -> str:
     lines += preference_markdown(summary)
     agreement = summary["agreement"]
     lines += ["## Agreement between judges", "",
-              (f"Krippendorff's alpha (interval level) on the conversations' overall scores, within each system (pooled "
-               "across systems, the differences between systems would count as agreement), with a "
-               f"{summary['confidence']:.0%} percentile bootstrap interval over clusters."), ""]
+              (f"Krippendorff's alpha (interval level) on the overall score of the unit each judge rated (a companion "
+               "turn at the persona level where the judgments are at hand, a conversation at the collective level), "
+               "within each system (pooled across systems, the differences between systems would count as "
+               f"agreement), with a {summary['confidence']:.0%} percentile bootstrap interval that resamples clusters "
+               "with their rated units."), ""]
     for level, entry in agreement.items():
         if entry["judges"] < 2:
             lines.append(f"- {level}: not computable ({entry['judges']} judge).")
             continue
-        cells = [f"{SYSTEMS[system].label} {_alpha(result)}" for system, result in entry["systems"].items()]
-        lines.append(f"- {level}, {entry['judges']} judges: " + "; ".join(cells) + ".")
+        unit = entry.get("unit", "conversation")
+        cells = [f"{SYSTEMS[system].label} {_alpha(result, unit)}" for system, result in entry["systems"].items()]
+        lines.append(f"- {level}, {entry['judges']} judges, per {unit}: " + "; ".join(cells) + ".")
     lines += ["", *splits_markdown(summary)]
     return "\n".join(lines).rstrip() + "\n"
 

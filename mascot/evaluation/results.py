@@ -207,30 +207,53 @@ AGREEMENT_RESAMPLES = 500  # alpha is recomputed per resample; its interval need
 
 
 def judge_agreements(scores: pl.DataFrame, contexts: pl.DataFrame | None = None, confidence: float = 0.95,
-                     seed: int = 0) -> dict[str, Any]:
-    """Krippendorff's alpha between the judges of each panel on the conversations' overall scores, within each
-    system: pooled across systems, the differences between systems would count as agreement. Each alpha has a
-    percentile bootstrap interval that resamples clusters (`AGREEMENT_RESAMPLES` times)."""
+                     seed: int = 0, judgments: pl.DataFrame | None = None) -> dict[str, Any]:
+    """Krippendorff's alpha between the judges of each panel on the unit each judge rated, within each system: pooled
+    across systems, the differences between systems would count as agreement. The persona-level judges rate each
+    companion turn, so their alpha is on the turns' overall scores (from `judgments`, eval/judgments.parquet; without
+    it, on the conversations' means over turns, which hides their disagreement turn by turn); the collective judges
+    rate a conversation. Each alpha has a percentile bootstrap interval that resamples clusters with their rated
+    units (`AGREEMENT_RESAMPLES` times)."""
     cluster_of = ({} if contexts is None else
                   dict(with_cluster(contexts).select("context_id", "cluster").iter_rows()))
     result = {}
     for level in ("persona", "collective"):
-        rows = scores.filter((pl.col("level") == level) & (pl.col("metric") == "overall")).drop_nulls("value")
+        rated = rated_units(scores, judgments, level)
         systems = {}
-        for (system,), own in rows.group_by("system", maintain_order=True):
+        for system in rated["system"].unique(maintain_order=True).to_list():
+            own = rated.filter(pl.col("system") == system)
             by_judge: dict[str, dict[str, float]] = {}
             for record in own.iter_rows(named=True):
-                by_judge.setdefault(record["judge"], {})[f"{record['context_id']}|{record['seed']}"] = record["value"]
-            systems[system] = alpha_with_interval(by_judge, cluster_of, confidence, seed)
-        result[level] = {"judges": rows["judge"].n_unique(), "level": "interval", "within": "system",
+                by_judge.setdefault(record["judge"], {})[record["item"]] = record["value"]
+            clusters = {item: cluster_of.get(context, context)
+                        for item, context in own.select("item", "context_id").unique().iter_rows()}
+            systems[system] = alpha_with_interval(by_judge, clusters, confidence, seed)
+        unit = "turn" if level == "persona" and judgments is not None and "level" in judgments.columns \
+            else "conversation"
+        result[level] = {"judges": rated["judge"].n_unique(), "level": "interval", "within": "system", "unit": unit,
                          "systems": systems}
     return result
 
 
+def rated_units(scores: pl.DataFrame, judgments: pl.DataFrame | None, level: str) -> pl.DataFrame:
+    """Each judge's overall score of each unit it rated at `level`: system, context_id, item, judge, value. A turn
+    (from eval/judgments.parquet, where given, at the persona level), else a conversation (from scores.parquet)."""
+    if level == "persona" and judgments is not None and "level" in judgments.columns:
+        turns = judgments.filter((pl.col("level") == level) & pl.col("ok")).drop_nulls("overall")
+        parts = pl.col("query_id").str.split("|")
+        return turns.select(system=parts.list.get(0), context_id=parts.list.get(1), item=pl.col("query_id"),
+                            judge=pl.col("judge"), value=pl.col("overall").cast(pl.Float64))
+    rows = scores.filter((pl.col("level") == level) & (pl.col("metric") == "overall")).drop_nulls("value")
+    return rows.select("system", "context_id",
+                       item=pl.concat_str(pl.col("context_id"), pl.lit("|"), pl.col("seed").cast(pl.String)),
+                       judge=pl.col("judge"), value=pl.col("value"))
+
+
 def alpha_with_interval(by_judge: dict[str, dict[str, float]], cluster_of: dict[str, str], confidence: float,
                         seed: int) -> dict[str, Any]:
-    """judge_agreement's alpha on one system's conversations (item "context|seed"), with an interval that
-    resamples the items' clusters; resamples where alpha is undefined (one judge left, no spread) are skipped."""
+    """judge_agreement's alpha on one system's rated units, with an interval that resamples the units' clusters
+    (`cluster_of[unit]`; a unit not named is its own cluster) with all their units; resamples where alpha is
+    undefined (one judge left, no spread) are skipped."""
     import numpy as np
 
     point = judge_agreement(by_judge)
@@ -240,8 +263,7 @@ def alpha_with_interval(by_judge: dict[str, dict[str, float]], cluster_of: dict[
     items = sorted({item for scored in by_judge.values() for item in scored})
     groups: dict[str, list[str]] = {}
     for item in items:
-        context = item.rsplit("|", 1)[0]
-        groups.setdefault(cluster_of.get(context, context), []).append(item)
+        groups.setdefault(cluster_of.get(item, item), []).append(item)
     clusters = sorted(groups)
     rng = np.random.default_rng(seed)
     alphas = []
@@ -290,7 +312,7 @@ def independence(contexts: pl.DataFrame) -> dict[str, Any]:
 def build_summary(run: str, systems: list[str], seeds: list[int], judges: dict[str, Any], contexts: pl.DataFrame,
                   scores: pl.DataFrame, conversations: pl.DataFrame,
                   confidence: float = 0.95, resamples: int = 2000, seed: int = 0,
-                  primary: dict[str, Any] | None = None) -> dict[str, Any]:
+                  primary: dict[str, Any] | None = None, judgments: pl.DataFrame | None = None) -> dict[str, Any]:
     """Everything report.md and summary.json show."""
     from mascot.evaluation.systems import REPLY_MARKER, SYSTEMS
 
@@ -304,4 +326,4 @@ def build_summary(run: str, systems: list[str], seeds: list[int], judges: dict[s
             "results": results, "splits": splits, "holm_family": adjust_across_report(results, splits, primary),
             "incomplete_panels": incomplete_panels(scores, systems),
             "primary": {"declared": primary, "comparison": primary_comparison(results, primary)},
-            "agreement": judge_agreements(scores, contexts, confidence, seed)}
+            "agreement": judge_agreements(scores, contexts, confidence, seed, judgments)}

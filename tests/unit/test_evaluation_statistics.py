@@ -245,3 +245,34 @@ def test_a_judge_that_failed_on_one_turn_is_seen_as_an_incomplete_panel():
     rows = _judge_rows(judgments, rubric, "persona", {key: ("mascot", "c1", 0, ["hello", "there"])})
     assert {(r["judge"], r["n"], r["items"]) for r in rows} == {("j1", 2, 2), ("j2", 1, 2)}
     assert not panel_scores(pl.DataFrame(rows, schema=SCORE_SCHEMA))["complete"].any()
+
+
+def test_persona_level_agreement_is_on_the_turns_each_judge_rated_with_an_interval():
+    """Two judges who agree on every conversation's mean over its turns but swap their scores turn by turn: on the
+    conversations they look in perfect agreement; on the turns they rated, they are not."""
+    import polars as pl
+
+    from mascot.evaluation.results import judge_agreements
+    from mascot.evaluation.scoring import SCORE_SCHEMA
+
+    quality = [2.0, 3.0, 4.0, 2.5, 3.5, 3.0, 4.5, 2.0]
+    judgments, scores = [], []
+    for system in ("mascot", "zero_shot"):
+        for i, q in enumerate(quality):
+            key = f"{system}|c{i}|s0"
+            for judge, swing in (("j1", 0.5), ("j2", -0.5)):
+                judgments += [{"query_id": f"{key}|t{t}", "judge": judge, "ok": True, "overall": q + sign * swing,
+                               "level": "persona"} for t, sign in ((0, 1), (1, -1))]
+                scores.append({"system": system, "context_id": f"c{i}", "seed": 0, "level": "persona",
+                               "metric": "overall", "judge": judge, "value": 25.0 * (q - 1)})
+    judgments.append({"query_id": "mascot|c0|s0|t2", "judge": "j2", "ok": False, "overall": None, "level": "persona"})
+    frame = pl.DataFrame(judgments)
+    by_conversation = judge_agreements(pl.DataFrame(scores, schema=SCORE_SCHEMA))["persona"]
+    by_turn = judge_agreements(pl.DataFrame(scores, schema=SCORE_SCHEMA), judgments=frame, confidence=0.9)["persona"]
+    assert by_conversation["unit"] == "conversation" and by_turn["unit"] == "turn"
+    for system in ("mascot", "zero_shot"):
+        assert by_conversation["systems"][system]["alpha"] == pytest.approx(1.0)
+        result = by_turn["systems"][system]
+        assert result["items"] == 16, "every turn each judge rated ok, the failed judgment left out"
+        assert result["alpha"] < 0.9 and result["ci_low"] <= result["alpha"] <= result["ci_high"]
+        assert result["resamples"] > 0 and result["ci_low"] < result["ci_high"] < 1.0  # resampled, so it varies
