@@ -224,6 +224,32 @@ def _alpha(result: dict[str, Any], unit: str = "conversation") -> str:
     return f"{result['alpha']:.3f}{interval} ({units})"
 
 
+def detectable_effects(results: dict[str, Any], level: str, metrics: list[str], systems: list[str]) -> list[str]:
+    """Each comparison's minimum detectable effect at 80% power, at the level its test must clear, from its own n and
+    observed sd: a difference smaller than it could not have been told from 0 with this many clusters."""
+    entries = {(e["baseline"], e["metric"]): e for e in results["comparisons"] if e["level"] == level}
+    if not any(e.get("mde") is not None for e in entries.values()):
+        return []
+    levels = sorted({e["mde_level"] + f" = {e['mde_alpha']:.2g}" for e in entries.values() if "mde_level" in e})
+    lines = [(f"Minimum detectable effect (MDE) at {next(iter(entries.values()))['mde_power']:.0%} power: the smallest "
+              "true difference each comparison would detect, (t₁₋α/₂ + t_power) × sd / √clusters from its own "
+              f"clusters and observed sd of per-cluster differences, at the two-sided level its test must clear "
+              f"({'; '.join(levels)})."), "",
+             "| MDE against | clusters | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]
+    for baseline in systems:
+        first = next((entries[(baseline, m)] for m in metrics if (baseline, m) in entries), None)
+        if first is None:
+            continue
+        cells = []
+        for metric in metrics:
+            entry = entries.get((baseline, metric))
+            mde = None if entry is None else entry.get("mde")
+            cells.append("–" if mde is None else f"{mde:.{_digits(entry)}f}"
+                         + (" (primary)" if entry.get("role") == "primary" else ""))
+        lines.append(f"| {SYSTEMS[baseline].label} | {first['clusters']} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def primary_note(summary: dict[str, Any], eval_set: str, level: str) -> list[str]:
     """Under the comparison table that holds the primary endpoint, which cell it is."""
     primary = summary.get("primary") or {}
@@ -300,7 +326,9 @@ def primary_markdown(summary: dict[str, Any]) -> list[str]:
     lines += ["", (f"- **Primary:** {_difference(entry).split(', p_holm')[0]}, {entry['clusters']} clusters "
               f"({entry['contexts']} contexts, {entry['seeds']} seeds, {entry['pairs']} pairs), sd "
               f"{'–' if entry['sd'] is None else format(entry['sd'], '.3g')}; p = {entry['p']:.3f} ({entry['test']}), "
-              "tested alone, unadjusted."),
+              "tested alone, unadjusted" + (f"; minimum detectable effect at {entry['mde_power']:.0%} power "
+                                             f"{entry['mde']:.3g} (two-sided α {entry['mde_alpha']:.2g})"
+                                             if entry.get("mde") is not None else "") + "."),
               "", (f"Every other comparison in this report is secondary: Holm-adjusted across the "
                    f"{summary.get('holm_family', '?')} secondary comparisons, and exploratory."), ""]
     return lines
@@ -329,7 +357,7 @@ def report_markdown(summary: dict[str, Any], figures: list[str] = ()) -> str:
                        + family_words(summary)
                        + unpaired_note(results, level)), "",
                       *comparison_table(results, level, metrics, systems), "",
-                      *primary_note(summary, name, level)]
+                      *primary_note(summary, name, level), *detectable_effects(results, level, metrics, systems)]
     lines += preference_markdown(summary)
     agreement = summary["agreement"]
     lines += ["## Agreement between judges", "",

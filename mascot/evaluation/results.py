@@ -20,8 +20,10 @@ import polars as pl
 
 from mascot.evaluation.scoring import AUTOMATIC
 from mascot.evaluation.statistics import (
+    POWER,
     holm,
     judge_agreement,
+    minimum_detectable_effect,
     paired_comparison,
     per_context_means,
     summarise,
@@ -173,7 +175,8 @@ def paired_rows(metric_rows: pl.DataFrame, baseline: str, confidence: float, res
                      "unpaired": sides[0].height + sides[1].height - 2 * paired.height}
 
 
-def adjust_across_report(results: dict[str, Any], splits: dict[str, Any], primary: dict[str, Any] | None = None) -> int:
+def adjust_across_report(results: dict[str, Any], splits: dict[str, Any], primary: dict[str, Any] | None = None,
+                         confidence: float = 0.95) -> int:
     """Holm across every comparison the report makes, in every evaluation set, level, metric, baseline and split
     bucket: one family, so that no difference is called significant because many were looked at. The declared
     primary endpoint (`primary_comparison`), where there is one, is tested alone at its own p and kept out of the
@@ -190,7 +193,19 @@ def adjust_across_report(results: dict[str, Any], splits: dict[str, Any], primar
         comparison["role"] = "secondary" if chosen is not None else "one family"
         comparison["holm_family"] = (f"every secondary comparison of the report ({len(family)})" if chosen is not None
                                      else f"every comparison of the report ({len(family)})")
+    alpha = 1 - confidence
+    if chosen is not None:
+        add_detectable_effect(chosen, alpha, "the primary endpoint's own level")
+    for comparison in family:  # the level Holm's first step asks of the smallest p: alpha over the family's size
+        add_detectable_effect(comparison, alpha / len(family), f"Holm's first step, alpha / {len(family)}")
     return len(family)
+
+
+def add_detectable_effect(comparison: dict[str, Any], alpha: float, why: str) -> None:
+    """The comparison's minimum detectable effect at POWER, from its observed sd of per-cluster differences and its
+    clusters, at the two-sided level `alpha` its test must clear."""
+    comparison["mde"] = minimum_detectable_effect(comparison.get("sd"), comparison.get("clusters", 0), alpha)
+    comparison["mde_alpha"], comparison["mde_power"], comparison["mde_level"] = alpha, POWER, why
 
 
 def primary_comparison(results: dict[str, Any], primary: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -323,7 +338,7 @@ def build_summary(run: str, systems: list[str], seeds: list[int], judges: dict[s
             "independence": independence(contexts),
             "confidence": confidence, "metrics": metric_names(scores),
             "reasoning": {"marker": REPLY_MARKER, **reasoning_counts(conversations)},
-            "results": results, "splits": splits, "holm_family": adjust_across_report(results, splits, primary),
+            "results": results, "splits": splits, "holm_family": adjust_across_report(results, splits, primary, confidence),
             "incomplete_panels": incomplete_panels(scores, systems),
             "primary": {"declared": primary, "comparison": primary_comparison(results, primary)},
             "agreement": judge_agreements(scores, contexts, confidence, seed, judgments)}

@@ -86,6 +86,20 @@ def sign_flip_test(differences: Sequence[float], resamples: int = 20000, seed: i
                      "test": f"paired sign-flip permutation test of the mean difference ({kind})"}
 
 
+POWER = 0.8
+
+
+def minimum_detectable_effect(sd: float | None, n: int, alpha: float, power: float = POWER) -> float | None:
+    """The smallest true mean difference a paired test of `n` units with differences of sd `sd` detects with
+    probability `power` at two-sided level `alpha`: (t_{1-alpha/2} + t_{power}) * sd / sqrt(n), t with n - 1 degrees
+    of freedom (the normal approximation's z made honest for few clusters). None below two units or without an sd."""
+    if sd is None or n < 2:
+        return None
+    from scipy.stats import t
+
+    return float((t.ppf(1 - alpha / 2, n - 1) + t.ppf(power, n - 1)) * sd / np.sqrt(n))
+
+
 def holm(p_values: Sequence[float | None]) -> list[float | None]:
     """Holm's step-down adjusted p-values, in the input's order (None stays None).
 

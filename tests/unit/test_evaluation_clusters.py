@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import polars as pl
 import pytest
 from test_cli import REPO
@@ -123,3 +124,20 @@ def test_a_stage1_contexts_file_from_before_the_cluster_column_gets_it_from_the_
     assert again["cluster"].to_list() == stage1.read_parquet().filter(pl.col("held_out"))["cluster"].to_list()
 
 
+
+
+def test_the_minimum_detectable_effect_counts_meetings_not_windows():
+    from mascot.evaluation.results import adjust_across_report
+    from mascot.evaluation.statistics import minimum_detectable_effect
+
+    differences = {"a1": 10.0, "a2": 10.0, "a3": 0.0, "b1": 0.0, "b2": 10.0, "c1": 0.0}
+    contexts = pl.DataFrame({"context_id": list(differences), "eval_set": ["held_out"] * 6,
+                             "cluster": ["A", "A", "A", "B", "B", "C"]})
+    results = evaluation_results(scores(differences), contexts, ["mascot", "zero_shot"], resamples=100)
+    assert adjust_across_report(results, {}) == 2  # "all" and "held_out"
+    [comparison] = results["held_out"]["comparisons"]
+    # Per meeting: 20/3, 5 and 0; their sd over 3 meetings, at Holm's first step 0.05 / 2.
+    sd = float(np.std([20 / 3, 5.0, 0.0], ddof=1))
+    assert comparison["sd"] == pytest.approx(sd)
+    assert comparison["mde"] == pytest.approx(minimum_detectable_effect(sd, 3, 0.025))
+    assert comparison["mde"] != pytest.approx(minimum_detectable_effect(sd, 6, 0.025))

@@ -152,6 +152,15 @@ def test_the_primary_endpoint_comes_first_alone_and_every_other_comparison_is_se
     assert "MASCOT − Multi-agent (untrained) on overall (collective), contexts held_out" in first
     assert f"p = {chosen['p']:.3f}" in first and "Holm-adjusted across the 9 secondary comparisons" in first
     assert report.count("**Primary endpoint:** the overall cell of − Multi-agent (untrained)") == 1
+    # Each comparison states its minimum detectable effect at 80% power, at the level its test must clear.
+    from mascot.evaluation.statistics import minimum_detectable_effect
+
+    assert chosen["mde"] == pytest.approx(minimum_detectable_effect(chosen["sd"], chosen["clusters"], 0.05))
+    for entry in secondary:
+        assert entry["mde_alpha"] == pytest.approx(0.05 / 9) and entry["mde_power"] == 0.8
+        assert entry["mde"] == pytest.approx(minimum_detectable_effect(entry["sd"], entry["clusters"], 0.05 / 9))
+    assert f"minimum detectable effect at 80% power {chosen['mde']:.3g} (two-sided α 0.05)" in first
+    assert "Holm's first step, alpha / 9 = 0.0056" in report and "| MDE against | clusters |" in report
     # A primary endpoint the evaluation did not make is said to be missing, and nothing is primary.
     missing = build_summary("r", ["mascot", "multi_agent"], [0], judges, CONTEXTS, scores(), conversations,
                             resamples=100, primary={**primary, "metric": "warmth"}) | {"preferences": []}

@@ -276,3 +276,15 @@ def test_persona_level_agreement_is_on_the_turns_each_judge_rated_with_an_interv
         assert result["items"] == 16, "every turn each judge rated ok, the failed judgment left out"
         assert result["alpha"] < 0.9 and result["ci_low"] <= result["alpha"] <= result["ci_high"]
         assert result["resamples"] > 0 and result["ci_low"] < result["ci_high"] < 1.0  # resampled, so it varies
+
+
+def test_minimum_detectable_effect_by_hand():
+    from mascot.evaluation.statistics import minimum_detectable_effect
+
+    # sd 10 over 9 clusters at two-sided 0.05 and 80% power: (t_.975,8 = 2.3060 + t_.8,8 = 0.8889) * 10 / 3, from a
+    # t table.
+    assert minimum_detectable_effect(10.0, 9, 0.05) == pytest.approx((2.306004 + 0.888889) * 10 / 3, rel=1e-5)
+    # A stricter level, or fewer clusters, needs a larger effect; none without two clusters or an sd.
+    assert minimum_detectable_effect(10.0, 9, 0.005) > minimum_detectable_effect(10.0, 9, 0.05)
+    assert minimum_detectable_effect(10.0, 4, 0.05) > minimum_detectable_effect(10.0, 9, 0.05)
+    assert minimum_detectable_effect(10.0, 1, 0.05) is None and minimum_detectable_effect(None, 9, 0.05) is None
