@@ -387,12 +387,15 @@ def systems_table(summary: dict[str, Any]) -> list[str]:
     def budget(system: str) -> str:
         entry = budgets.get(system)
         if entry is None:
-            return "– | –"
+            return "– | – | –"
         words = "–" if entry["words_per_block"] is None else f"{entry['words_per_block']:.1f}"
-        return f"{entry['turns']} × {entry['turn_tokens']} = {entry['block_tokens']} | {words}"
+        samples = entry.get("samples", 1)
+        compute = (f"{samples} ({entry['generated_tokens']} tokens)" if "generated_tokens" in entry else "–")
+        return f"{entry['turns']} × {entry['turn_tokens']} = {entry['block_tokens']} | {words} | {compute}"
 
-    return ["| system | what it is | companion tokens per block (turns × cap) | words per block (mean) |",
-            "|---|---|---|---|",
+    return [("| system | what it is | companion tokens per block (turns × cap) | words per block (mean) | "
+            "Speaker samples per turn (most tokens generated per block) |"),
+            "|---|---|---|---|---|",
             *(f"| {SYSTEMS[s].label} (`{s}`) | {summary['descriptions'][s]} | {budget(s)} |" for s in summary["systems"])]
 
 

@@ -68,9 +68,13 @@ SYSTEMS: dict[str, SystemSpec] = {
     "zero_shot_cot": SystemSpec("Zero-Shot CoT", False, "the assistant reasons step by step, then replies"),
     "few_shot": SystemSpec("Few-Shot", False, "the assistant after examples from training contexts"),
     "few_shot_cot": SystemSpec("Few-Shot CoT", False, "few-shot examples, reasoning, then the reply"),
-    "sft": SystemSpec("SFT", False, "the base Speaker fine-tuned (LoRA, TRL's SFTTrainer) on the best-judged Stage 1 "
-                      "candidate of each training context, answering as the assistant"),
-    "self_consistency": SystemSpec("Self-Consistency", False, "several replies sampled, the most typical one kept"),
+    "sft": SystemSpec("SFT (best-of-K distillation)", False, "best-of-K distillation: the base Speaker fine-tuned "
+                      "(LoRA, TRL's SFTTrainer) on the best-judged of Stage 1's K candidates for each training "
+                      "context, answering as the assistant; it learns from the judges' choice, as MASCOT's reward "
+                      "models do"),
+    "self_consistency": SystemSpec("Self-Consistency (best of N samples)", False, "N replies sampled per turn "
+                                   "(eval.self_consistency_samples), the most typical one kept: N times the Speaker's "
+                                   "compute of one reply"),
 }
 
 
@@ -108,9 +112,11 @@ class SystemSetup(BaseModel):
 
     @property
     def budget(self) -> dict[str, int]:
-        """Companion turns per block, the cap of each, and their product: the tokens it may write per block."""
+        """Companion turns per block, the cap of each, and their product: the tokens it may write per block; and its
+        compute, the replies its Speaker samples per turn and the most tokens it generates per block."""
         cap = self.speaker.params.max_new_tokens
-        return {"turns": self.block_turns, "turn_tokens": cap, "block_tokens": self.block_turns * cap}
+        return {"turns": self.block_turns, "turn_tokens": cap, "block_tokens": self.block_turns * cap,
+                "samples": self.samples, "generated_tokens": self.block_turns * self.samples * cap}
 
     def cast(self, cache: RequestCache | None) -> Cast:
         director = (make_backend(self.director, cache=cache) if self.director is not None

@@ -174,8 +174,12 @@ def test_a_budget_that_does_not_split_over_a_groups_turns_is_refused(chat):
         system_setup("mascot", parts(chat[1]), ROSTER, ASSISTANT, PROFILES, block_turns=2, max_directive_attempts=2,
                      block_tokens=13)
     assert system_setup("zero_shot", parts(chat[1]), ROSTER, ASSISTANT, PROFILES, block_turns=2,
-                        max_directive_attempts=2, block_tokens=13).budget == {"turns": 1, "turn_tokens": 13,
-                                                                              "block_tokens": 13}
+                        max_directive_attempts=2, block_tokens=13).budget == {
+        "turns": 1, "turn_tokens": 13, "block_tokens": 13, "samples": 1, "generated_tokens": 13}
+    # Self-Consistency writes one reply per turn but samples N: its compute is N times the others'.
+    assert system_setup("self_consistency", parts(chat[1]), ROSTER, ASSISTANT, PROFILES, block_turns=2,
+                        max_directive_attempts=2, self_consistency_samples=5, block_tokens=12).budget == {
+        "turns": 1, "turn_tokens": 12, "block_tokens": 12, "samples": 5, "generated_tokens": 60}
 
 
 def test_the_default_budget_keeps_the_trained_speakers_turn_length(chat):

@@ -112,7 +112,8 @@ def test_the_report_states_each_systems_token_budget_and_whether_they_match():
         "system": ["mascot", "mascot", "mascot", "zero_shot", "zero_shot"], "context_id": ["c"] * 5, "seed": [0] * 5,
         "block": [0, 0, 1, 0, 1], "role": ["companion"] * 5, "text": ["a b", "c d e", "f", "g h i j", "k l"]})
     budgets = budget_summary({"mascot": {"turns": 2, "turn_tokens": 40, "block_tokens": 80},
-                              "zero_shot": {"turns": 1, "turn_tokens": 80, "block_tokens": 80}}, conversations)
+                              "zero_shot": {"turns": 1, "turn_tokens": 80, "block_tokens": 80, "samples": 5,
+                                            "generated_tokens": 400}}, conversations)
     assert budgets["mascot"]["words_per_block"] == pytest.approx(3.0)  # (2 + 3) and 1 words in its two blocks
     assert budgets["zero_shot"]["words_per_block"] == pytest.approx(3.0)
     summary = build_summary("r", ["mascot", "zero_shot"], [0], {
@@ -121,7 +122,7 @@ def test_the_report_states_each_systems_token_budget_and_whether_they_match():
         resamples=100) | {"preferences": [], "budgets": budgets}
     report = report_markdown(summary)
     assert "Budgets are matched: every system may write 80 companion tokens per block" in report
-    assert "| MASCOT (`mascot`) |" in report and "| 2 × 40 = 80 | 3.0 |" in report and "| 1 × 80 = 80 | 3.0 |" in report
+    assert "| MASCOT (`mascot`) |" in report and "| 2 × 40 = 80 | 3.0 |" in report and "| 1 × 80 = 80 | 3.0 | 5 (400 tokens) |" in report
     summary["budgets"]["zero_shot"] |= {"turn_tokens": 40, "block_tokens": 40}
     assert "**Budgets are not matched: companion tokens per block range over 40, 80**" in report_markdown(summary)
 
