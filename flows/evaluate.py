@@ -81,7 +81,8 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
             block_tokens = evaluation.block_tokens or default_block_tokens(block_turns, parts)
             setups = [system_setup(name, parts, roster, assistant, users, block_turns,
                                    stage.episodes.max_directive_attempts, examples, evaluation.self_consistency_samples,
-                                   block_tokens=block_tokens)
+                                   block_tokens=block_tokens, cot_reasoning_tokens=evaluation.cot_reasoning_tokens,
+                                   cot_attempts=evaluation.cot_attempts)
                       for name in systems]
 
             contexts = steps.write_eval_contexts(config.data, stage1["contexts"], config.run.seed,

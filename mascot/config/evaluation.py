@@ -78,6 +78,11 @@ class EvalConfig(Section):
     sft: BackendConfig | None = Field(default=None, description="The SFT baseline; by default train.sft.model with "
                                       "eval/sft in this process, sampling as `generation` does.")
     few_shot_examples: int = Field(default=2, ge=1, description="Few-shot examples, drawn from training contexts.")
+    cot_reasoning_tokens: int = Field(default=256, ge=0, description="Tokens a CoT system may reason in before its "
+                                      "reply, on top of its reply's share of eval.block_tokens, so reasoning does not "
+                                      "eat into the matched reply budget.")
+    cot_attempts: int = Field(default=3, ge=1, description="Samples of a CoT turn until one has its 'Reply:' marker "
+                              "(each with its own seed); a turn without one after these is counted as a failure.")
     self_consistency_samples: int = Field(default=5, ge=2, description="Replies sampled per Self-Consistency turn.")
     out_of_domain: bool = Field(default=True, description="Also play the contexts of data.held_out (e.g. ESConv).")
     contexts_per_shard: int = Field(default=8, ge=1, description="Contexts per cached conversation shard.")

@@ -36,7 +36,7 @@ CONVERSATION_SCHEMA = {
     "system": pl.String, "context_id": pl.String, "seed": pl.Int64, "user_profile": pl.String, "block": pl.Int64,
     "turn_idx": pl.Int64, "role": pl.String, "speaker": pl.String, "text": pl.String, "request_seed": pl.Int64,
     "directive": pl.String, "director_seed": pl.Int64, "directive_attempts": pl.Int64, "fallback": pl.Boolean,
-    "samples": pl.Int64, "reasoning_marked": pl.Boolean,
+    "samples": pl.Int64, "reasoning_marked": pl.Boolean, "reasoning_attempts": pl.Int64,
 }
 
 
@@ -142,7 +142,8 @@ def play_shard(job: ConversationJob, ids: list[str], out: Path) -> Artifact:
 
     with shard_progress(f"{setup.name} {out.stem}", len(episodes), cache_hits(cache)) as row, request_batch():
         played = asyncio.run(run(row))
-    marked = cast.speaker.marked if isinstance(cast.speaker, AssistantReplies) and setup.cot else {}
+    cot = isinstance(cast.speaker, AssistantReplies) and setup.cot
+    marked, attempts = (cast.speaker.marked, cast.speaker.attempts) if cot else ({}, {})
     rows = []
     for episode, turns in zip(episodes, played, strict=True):
         start, per_block = len(opening_turns(episode.context)), setup.block_turns + 1
@@ -153,7 +154,8 @@ def play_shard(job: ConversationJob, ids: list[str], out: Path) -> Artifact:
                          "user_profile": episode.profile.id if episode.profile else None, "block": k // per_block,
                          "turn_idx": start + k, **stored,
                          "samples": setup.samples if turn.role == "companion" else None,
-                         "reasoning_marked": marked.get(turn.seed) if turn.role == "companion" else None})
+                         "reasoning_marked": marked.get(turn.seed) if turn.role == "companion" else None,
+                         "reasoning_attempts": attempts.get(turn.seed) if turn.role == "companion" else None})
     return write_parquet(pl.DataFrame(rows, schema=CONVERSATION_SCHEMA), out)
 
 

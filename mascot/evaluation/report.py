@@ -173,10 +173,24 @@ def preamble(summary: dict[str, Any]) -> list[str]:
         lines.append(budget_line(summary["budgets"]))
     cot = summary["reasoning"]
     if cot["turns"]:
-        lines.append(f"CoT systems: the reply is the text after the last `{cot['marker']}`; the reasoning before it "
-                     f"is never judged. {cot['unmarked']} of {cot['turns']} CoT turns had no marker and were kept "
-                     "whole.")
+        lines.append(cot_line(cot, summary.get("budgets") or {}))
     return lines
+
+
+def cot_line(cot: dict[str, Any], budgets: dict[str, dict[str, Any]]) -> str:
+    """How a CoT system's reply was found, with its reasoning budget and attempts as played, and its failures."""
+    planned = {b.get("reasoning_tokens") for name, b in budgets.items() if name.endswith("_cot")}
+    attempts = {b.get("attempts") for name, b in budgets.items() if name.endswith("_cot")}
+    budget = (f" Each CoT turn may reason in {planned.pop()} tokens of its own, beyond its reply's share of the block, "
+              f"and is sampled up to {attempts.pop()} time(s), each with its own seed, until its reply has the marker."
+              if len(planned) == 1 and len(attempts) == 1 and None not in planned else "")
+    failed = sum(e["failed"] for e in cot.get("by_system", {}).values()) if cot.get("by_system") else cot["unmarked"]
+    per_system = "; ".join(f"{SYSTEMS[s].label} {e['failed']} of {e['turns']}" for s, e in cot.get("by_system", {}).items())
+    verdict = (f"**{failed} of {cot['turns']} CoT turns had no marker after every attempt** ({per_system}): counted as "
+               "failures, and kept whole (reasoning included) and flagged in eval/conversations.parquet."
+               if failed else f"All {cot['turns']} CoT turns had their marker.")
+    return (f"CoT systems: the reply is the text after the last `{cot['marker']}`; the reasoning before it is never "
+            f"judged.{budget} {verdict}")
 
 
 def independence_line(independence: dict[str, Any]) -> str:

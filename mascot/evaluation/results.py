@@ -306,9 +306,12 @@ def metric_names(scores: pl.DataFrame) -> dict[str, list[str]]:
 
 
 def reasoning_counts(conversations: pl.DataFrame) -> dict[str, int]:
-    """CoT turns, and those whose reply had no marker (kept whole)."""
-    marked = conversations.filter(pl.col("role") == "companion")["reasoning_marked"].drop_nulls()
-    return {"turns": marked.len(), "unmarked": int((~marked).sum())}
+    """CoT turns, and those whose reply had no marker after every attempt (failures, kept whole and flagged), in all
+    and per system."""
+    turns = conversations.filter((pl.col("role") == "companion") & pl.col("reasoning_marked").is_not_null())
+    by_system = {system: {"turns": rows.height, "failed": int((~rows["reasoning_marked"]).sum())}
+                 for (system,), rows in turns.group_by("system", maintain_order=True)} if "system" in turns.columns else {}
+    return {"turns": turns.height, "unmarked": int((~turns["reasoning_marked"]).sum()), "by_system": by_system}
 
 
 def independence(contexts: pl.DataFrame) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from mascot.dialogue.directives import FALLBACK_INSTRUCTION, active_personas
 from mascot.dialogue.episodes import Cast
 from mascot.llm import RequestCache, make_backend
 from mascot.prompts import context_messages, render, speaker_messages
+from mascot.queries import request_seed
 from mascot.roster import Persona, Roster, UserProfile
 
 REPLY_MARKER = "Reply:"  # a CoT system's reply follows the last one; what comes before is its reasoning
@@ -105,6 +106,8 @@ class SystemSetup(BaseModel):
     cot: bool = False
     examples: list[FewShotExample] = []
     samples: int = 1  # Self-Consistency: replies sampled per turn
+    reasoning_tokens: int = 0  # CoT: tokens for the reasoning, on top of the reply's cap
+    cot_attempts: int = 1  # CoT: samples of a turn until one has its marker
 
     @property
     def spec(self) -> SystemSpec:
@@ -114,9 +117,11 @@ class SystemSetup(BaseModel):
     def budget(self) -> dict[str, int]:
         """Companion turns per block, the cap of each, and their product: the tokens it may write per block; and its
         compute, the replies its Speaker samples per turn and the most tokens it generates per block."""
-        cap = self.speaker.params.max_new_tokens
+        total = self.speaker.params.max_new_tokens
+        cap = total - self.reasoning_tokens  # the reply's share; a CoT system reasons in its own tokens before it
         return {"turns": self.block_turns, "turn_tokens": cap, "block_tokens": self.block_turns * cap,
-                "samples": self.samples, "generated_tokens": self.block_turns * self.samples * cap}
+                "samples": self.samples, "reasoning_tokens": self.reasoning_tokens, "attempts": self.cot_attempts,
+                "generated_tokens": self.block_turns * self.samples * self.cot_attempts * total}
 
     def cast(self, cache: RequestCache | None) -> Cast:
         director = (make_backend(self.director, cache=cache) if self.director is not None
@@ -128,7 +133,7 @@ class SystemSetup(BaseModel):
             prompt = partial(assistant_messages, cot=self.cot, examples=self.examples)
         speaker = make_backend(self.speaker, cache=cache)
         if self.cot or self.samples > 1:
-            speaker = AssistantReplies(speaker, self.samples, self.cot)
+            speaker = AssistantReplies(speaker, self.samples, self.cot, self.cot_attempts)
         return Cast(self.roster, director, speaker, make_backend(self.user, cache=cache), params, self.speaker.params,
                     self.user.params, self.max_directive_attempts, prompt)
 
@@ -166,9 +171,11 @@ def with_max_tokens(backend: BackendConfig, tokens: int) -> BackendConfig:
 
 def system_setup(name: SystemName, parts: Components, roster: Roster, assistant: Roster, profiles: list[UserProfile],
                  block_turns: int, max_directive_attempts: int, examples: Sequence[FewShotExample] = (),
-                 self_consistency_samples: int = 5, *, block_tokens: int) -> SystemSetup:
+                 self_consistency_samples: int = 5, *, block_tokens: int, cot_reasoning_tokens: int = 0,
+                 cot_attempts: int = 1) -> SystemSetup:
     """The setup of system `name` from its parts (see the module's table), its Speaker capped at its share of the
-    block's `block_tokens` (`turn_tokens`)."""
+    block's `block_tokens` (`turn_tokens`); a CoT system's at that share plus `cot_reasoning_tokens`, resampled up to
+    `cot_attempts` times until its reply has the marker."""
     common = {"name": name, "user": parts.user, "profiles": profiles, "max_directive_attempts": max_directive_attempts}
     cap = turn_tokens(name, block_tokens, block_turns)
     if SYSTEMS[name].group:
@@ -183,8 +190,11 @@ def system_setup(name: SystemName, parts: Components, roster: Roster, assistant:
     speaker = parts.sft_speaker if name == "sft" else parts.base_speaker
     if speaker is None:
         raise ValueError("system 'sft' plays the SFT baseline's adapter, which was not given")
-    return SystemSetup(**common, roster=assistant, director=None, block_turns=1, speaker=with_max_tokens(speaker, cap),
-                       cot=name.endswith("_cot"), examples=list(examples) if name.startswith("few_shot") else [],
+    cot = name.endswith("_cot")
+    reasoning = cot_reasoning_tokens if cot else 0
+    return SystemSetup(**common, roster=assistant, director=None, block_turns=1,
+                       speaker=with_max_tokens(speaker, cap + reasoning), reasoning_tokens=reasoning,
+                       cot_attempts=cot_attempts if cot else 1, cot=cot, examples=list(examples) if name.startswith("few_shot") else [],
                        samples=self_consistency_samples if name == "self_consistency" else 1)
 
 
@@ -220,22 +230,30 @@ def most_typical(texts: Sequence[str]) -> int:
 
 class AssistantReplies:
     """The single assistant's Speaker for CoT and Self-Consistency: each turn samples `samples` replies in
-    one request, strips a CoT reply's reasoning, and keeps the most typical reply. `marked` says, by the
-    turn's request seed, whether the kept reply had its CoT marker, for the conversations table."""
+    one request, strips a CoT reply's reasoning, and keeps the most typical reply. A CoT turn whose kept reply has
+    no marker is sampled again, with a seed of its own, up to `attempts` times in all. `marked` and `attempts` say,
+    by the turn's request seed, whether the kept reply had its CoT marker and how many samplings it took, for the
+    conversations table."""
 
-    def __init__(self, backend, samples: int, cot: bool):
-        self.backend, self.samples, self.cot = backend, samples, cot
+    def __init__(self, backend, samples: int, cot: bool, attempts: int = 1):
+        self.backend, self.samples, self.cot, self.max_attempts = backend, samples, cot, attempts if cot else 1
         self.kind, self.model = backend.kind, backend.model
         self.marked: dict[int, bool] = {}
+        self.attempts: dict[int, int] = {}
 
     async def generate(self, messages, n: int, params: SamplingParams, seed: int,
                        response_format: dict | None = None) -> list[str]:
         if n != 1:
             raise ValueError(f"the assistant's turn asks for one reply, got n={n}")
-        texts = await self.backend.generate(messages, n=self.samples, params=params, seed=seed)
-        replies, marked = zip(*(strip_reasoning(t) if self.cot else (t.strip(), True) for t in texts), strict=True)
-        kept = most_typical(replies)
-        self.marked[seed] = marked[kept]
+        for attempt in range(self.max_attempts):
+            # The first sampling uses the turn's own seed, as every system's turn does (common random numbers).
+            drawn = seed if attempt == 0 else request_seed(seed, "cot-attempt", str(attempt))
+            texts = await self.backend.generate(messages, n=self.samples, params=params, seed=drawn)
+            replies, marked = zip(*(strip_reasoning(t) if self.cot else (t.strip(), True) for t in texts), strict=True)
+            kept = most_typical(replies)
+            if marked[kept]:
+                break
+        self.marked[seed], self.attempts[seed] = marked[kept], attempt + 1
         return [replies[kept]]
 
 

@@ -65,11 +65,11 @@ def parts(url: str) -> Components:
                       trained_director_dpo=backends["director-dpo"], sft_speaker=backends["sft"], user=backends["user"])
 
 
-def play(name, chat, contexts, tmp_path, block_tokens=12):
+def play(name, chat, contexts, tmp_path, block_tokens=12, **cot):
     app, url = chat
     app.state.stats = type(app.state.stats)()
     setup = system_setup(name, parts(url), ROSTER, ASSISTANT, PROFILES, block_turns=2, max_directive_attempts=2,
-                         examples=EXAMPLES, self_consistency_samples=3, block_tokens=block_tokens)
+                         examples=EXAMPLES, self_consistency_samples=3, block_tokens=block_tokens, **cot)
     frame = contexts[1].read_parquet()
     job = ConversationJob(system=setup, contexts=contexts[1], seeds=[0, 1], blocks=2,
                           requests=tmp_path / f"{name}.sqlite")
@@ -175,11 +175,13 @@ def test_a_budget_that_does_not_split_over_a_groups_turns_is_refused(chat):
                      block_tokens=13)
     assert system_setup("zero_shot", parts(chat[1]), ROSTER, ASSISTANT, PROFILES, block_turns=2,
                         max_directive_attempts=2, block_tokens=13).budget == {
-        "turns": 1, "turn_tokens": 13, "block_tokens": 13, "samples": 1, "generated_tokens": 13}
+        "turns": 1, "turn_tokens": 13, "block_tokens": 13, "samples": 1, "reasoning_tokens": 0, "attempts": 1,
+        "generated_tokens": 13}
     # Self-Consistency writes one reply per turn but samples N: its compute is N times the others'.
     assert system_setup("self_consistency", parts(chat[1]), ROSTER, ASSISTANT, PROFILES, block_turns=2,
                         max_directive_attempts=2, self_consistency_samples=5, block_tokens=12).budget == {
-        "turns": 1, "turn_tokens": 12, "block_tokens": 12, "samples": 5, "generated_tokens": 60}
+        "turns": 1, "turn_tokens": 12, "block_tokens": 12, "samples": 5, "reasoning_tokens": 0, "attempts": 1,
+        "generated_tokens": 60}
 
 
 def test_the_default_budget_keeps_the_trained_speakers_turn_length(chat):
@@ -187,6 +189,50 @@ def test_the_default_budget_keeps_the_trained_speakers_turn_length(chat):
 
     components = parts(chat[1])
     assert default_block_tokens(3, components) == 3 * components.trained_speaker.params.max_new_tokens == 18
+
+
+def test_cot_reasons_in_its_own_tokens_and_a_reply_without_its_marker_is_sampled_again(chat, contexts, tmp_path):
+    table, bodies = play("zero_shot_cot", chat, contexts, tmp_path, cot_reasoning_tokens=5, cot_attempts=3)
+    asked = [body for body in bodies if body["model"] == "base-speaker"]
+    # The reply's share of the block (12) plus the reasoning's own 5 tokens, for every sampling.
+    assert {body["max_tokens"] for body in asked} == {17}
+    companions = table.filter(pl.col("role") == "companion")
+    # The loopback server never writes the marker: each turn is sampled 3 times, the first with the turn's own
+    # seed (as every system's turn is), then with seeds of its own, and counted as a failure.
+    assert len(asked) == 3 * companions.height
+    assert set(companions["reasoning_attempts"]) == {3} and not companions["reasoning_marked"].any()
+    assert set(companions["request_seed"]) <= {body["seed"] for body in asked}
+    assert len({body["seed"] for body in asked}) == 3 * companions.height
+    setup = system_setup("zero_shot_cot", parts(chat[1]), ROSTER, ASSISTANT, PROFILES, block_turns=2,
+                         max_directive_attempts=2, block_tokens=12, cot_reasoning_tokens=5, cot_attempts=3)
+    assert setup.budget["block_tokens"] == 12 and setup.budget["reasoning_tokens"] == 5  # the reply stays matched
+    # Only CoT systems get the reasoning budget and the attempts.
+    plain = system_setup("zero_shot", parts(chat[1]), ROSTER, ASSISTANT, PROFILES, block_turns=2,
+                         max_directive_attempts=2, block_tokens=12, cot_reasoning_tokens=5, cot_attempts=3)
+    assert plain.speaker.params.max_new_tokens == 12 and plain.cot_attempts == 1
+
+
+def test_a_cot_turn_stops_sampling_at_the_first_reply_with_its_marker():
+    import asyncio
+
+    from mascot.config import SamplingParams
+    from mascot.evaluation.systems import AssistantReplies
+
+    class Backend:
+        kind, model = "fake", "fake"
+
+        def __init__(self):
+            self.seeds = []
+
+        async def generate(self, messages, n, params, seed, response_format=None):
+            self.seeds.append(seed)
+            return [f"thinking {REPLY_MARKER} reply {len(self.seeds)}" if len(self.seeds) == 2 else "just thinking"] * n
+
+    backend = Backend()
+    speaker = AssistantReplies(backend, 1, cot=True, attempts=3)
+    assert asyncio.run(speaker.generate([], 1, SamplingParams(), seed=7)) == ["reply 2"]
+    assert backend.seeds[0] == 7 and len(backend.seeds) == 2 and backend.seeds[1] != 7
+    assert speaker.marked[7] is True and speaker.attempts[7] == 2
 
 
 def test_reasoning_is_stripped_after_the_last_marker():

@@ -167,3 +167,20 @@ def test_the_primary_endpoint_comes_first_alone_and_every_other_comparison_is_se
                             resamples=100, primary={**primary, "metric": "warmth"}) | {"preferences": []}
     assert missing["primary"]["comparison"] is None and missing["holm_family"] == 10
     assert "**Not computed" in report_markdown(missing)
+
+
+def test_the_report_states_the_cot_reasoning_budget_attempts_and_failures_per_system():
+    from mascot.evaluation.report import cot_line
+    from mascot.evaluation.results import reasoning_counts
+
+    conversations = pl.DataFrame({"system": ["zero_shot_cot"] * 3 + ["few_shot_cot"] * 2 + ["mascot"],
+                                  "role": ["companion"] * 6, "reasoning_marked": [True, False, False, True, True, None]})
+    counts = reasoning_counts(conversations)
+    assert counts["turns"] == 5 and counts["unmarked"] == 2
+    assert counts["by_system"] == {"zero_shot_cot": {"turns": 3, "failed": 2}, "few_shot_cot": {"turns": 2, "failed": 0}}
+    budgets = {name: {"reasoning_tokens": 256, "attempts": 3} for name in ("zero_shot_cot", "few_shot_cot")}
+    line = cot_line({"marker": "Reply:", **counts}, budgets)
+    assert "may reason in 256 tokens of its own" in line and "sampled up to 3 time(s)" in line
+    assert "**2 of 5 CoT turns had no marker after every attempt** (Zero-Shot CoT 2 of 3; Few-Shot CoT 0 of 2)" in line
+    marked = reasoning_counts(conversations.filter(pl.col("system") == "few_shot_cot"))
+    assert "All 2 CoT turns had their marker." in cot_line({"marker": "Reply:", **marked}, budgets)
