@@ -10,14 +10,16 @@ from mascot.config.backends import BackendConfig, JudgeConfig
 from mascot.config.base import ConfigPath, Section
 from mascot.yamlio import FieldError
 
-SystemName = Literal["mascot", "mascot_dpo", "multi_agent", "mascot_p", "mascot_c", "zero_shot", "zero_shot_cot",
+SystemName = Literal["mascot", "mascot_dpo", "multi_agent", "mascot_p", "mascot_c", "mascot_c_generic", "zero_shot",
+                     "zero_shot_cot",
                      "few_shot", "few_shot_cot", "sft", "self_consistency"]
 SYSTEM_NAMES: tuple[str, ...] = get_args(SystemName)
-# MASCOT with the DPO Director is played wherever Stage 2 trained one, so it is not listed by default.
-DEFAULT_SYSTEMS = tuple(name for name in SYSTEM_NAMES if name != "mascot_dpo")
+# MASCOT with the DPO Director is played wherever Stage 2 trained one, so it is not listed by default; MASCOT-C with
+# the generic instruction, a second ablation that mixes two, is played only where listed.
+DEFAULT_SYSTEMS = tuple(name for name in SYSTEM_NAMES if name not in ("mascot_dpo", "mascot_c_generic"))
 # The systems that answer with a group of personas (mascot.evaluation.systems.SYSTEMS says how each answers); the
 # collective rubric compares these only.
-GROUP_SYSTEMS = frozenset({"mascot", "mascot_dpo", "multi_agent", "mascot_p", "mascot_c"})
+GROUP_SYSTEMS = frozenset({"mascot", "mascot_dpo", "multi_agent", "mascot_p", "mascot_c", "mascot_c_generic"})
 # The automatic metrics (mascot.evaluation.metrics.automatic_metrics), which a primary endpoint may name.
 AUTOMATIC_METRICS = ("distinct_1", "distinct_2", "distinct_1_per_turn", "distinct_2_per_turn", "self_bleu",
                      "mean_length", "sentiment")

@@ -16,12 +16,16 @@ times as much (`turn_tokens` gives each turn's cap; the report states them, `Sys
 | mascot_dpo | trained Speaker | trained Director (DPO), where Stage 2 trained one | the persona's own |
 | multi_agent | base Speaker | base (prompted, untrained) Director | the persona's own |
 | mascot_p | trained Speaker | trained Director | no persona-specific text (name only) |
-| mascot_c | trained Speaker | a random persona, seeded by the request | the persona's own |
+| mascot_c | trained Speaker | a random persona, seeded by the request; the trained Director's instruction | the persona's own |
+| mascot_c_generic | trained Speaker | a random persona, with the generic instruction (no Director) | the persona's own |
 | zero_shot, zero_shot_cot | base Speaker | the assistant | the assistant's (CoT: reasoning, then the reply) |
 | few_shot, few_shot_cot | base Speaker | the assistant | the assistant's, after examples from training contexts |
 | sft | base Speaker fine-tuned on the best-judged Stage 1 candidates | the assistant | the assistant's |
 | self_consistency | base Speaker | the assistant | the assistant's; `samples` replies, the most typical kept |
 
+MASCOT-C ablates the choice of speaker only: `RandomSpeaker` asks the trained Director for its directive and
+replaces the persona it names with a random one, keeping its instruction and tone. MASCOT-C with the generic
+instruction, the older ablation, also drops the instruction, so it mixes two ablations; it is played where listed.
 A random or single speaker needs no Director model: `ScriptedDirector` answers the Director's request
 with a valid directive chosen by the request's seed, so the episode code runs unchanged.
 """
@@ -40,9 +44,10 @@ from mascot.config import BackendConfig, SamplingParams
 from mascot.config.evaluation import SystemName
 from mascot.data.context import Context
 from mascot.data.qmsum import meeting_query
-from mascot.dialogue.directives import FALLBACK_INSTRUCTION, active_personas
+from mascot.dialogue.directives import FALLBACK_INSTRUCTION, active_personas, parse_directive
 from mascot.dialogue.episodes import Cast
 from mascot.llm import RequestCache, make_backend
+from mascot.llm.structured import ReplyError
 from mascot.prompts import context_messages, render, speaker_messages
 from mascot.queries import request_seed
 from mascot.roster import Persona, Roster, UserProfile
@@ -64,7 +69,11 @@ SYSTEMS: dict[str, SystemSpec] = {
     "multi_agent": SystemSpec("Multi-agent (untrained)", True, "the same roster with the base Speaker and the base, "
                               "prompted Director, in the manner of MultiAgentESC"),
     "mascot_p": SystemSpec("MASCOT-P", True, "MASCOT without persona-specific prompting"),
-    "mascot_c": SystemSpec("MASCOT-C", True, "MASCOT with a random speaking order instead of the Director"),
+    "mascot_c": SystemSpec("MASCOT-C", True, "MASCOT with a random speaking order: the trained Director's "
+                           "instruction and tone kept, the persona it names replaced by a random one"),
+    "mascot_c_generic": SystemSpec("MASCOT-C (generic instruction)", True, "MASCOT without its Director: a random "
+                                   "persona with the generic instruction, which ablates the instruction as well as "
+                                   "the order"),
     "zero_shot": SystemSpec("Zero-Shot", False, "one generic assistant, no personas"),
     "zero_shot_cot": SystemSpec("Zero-Shot CoT", False, "the assistant reasons step by step, then replies"),
     "few_shot": SystemSpec("Few-Shot", False, "the assistant after examples from training contexts"),
@@ -103,6 +112,7 @@ class SystemSetup(BaseModel):
     block_turns: int
     max_directive_attempts: int = 3
     persona_specific: bool = True
+    random_speaker: bool = False  # MASCOT-C: the Director's directive, with a random persona named
     cot: bool = False
     examples: list[FewShotExample] = []
     samples: int = 1  # Self-Consistency: replies sampled per turn
@@ -126,6 +136,8 @@ class SystemSetup(BaseModel):
     def cast(self, cache: RequestCache | None) -> Cast:
         director = (make_backend(self.director, cache=cache) if self.director is not None
                     else ScriptedDirector(self.roster))
+        if self.random_speaker:
+            director = RandomSpeaker(director, self.roster)
         params = self.director.params if self.director is not None else SamplingParams()
         if self.spec.group:
             prompt = partial(speaker_messages, persona_specific=self.persona_specific)
@@ -180,13 +192,13 @@ def system_setup(name: SystemName, parts: Components, roster: Roster, assistant:
     cap = turn_tokens(name, block_tokens, block_turns)
     if SYSTEMS[name].group:
         trained = name != "multi_agent"
-        director = {"mascot_c": None, "multi_agent": parts.base_director,
+        director = {"mascot_c_generic": None, "multi_agent": parts.base_director,
                     "mascot_dpo": parts.trained_director_dpo}.get(name, parts.trained_director)
-        if director is None and name != "mascot_c":
+        if director is None and name != "mascot_c_generic":
             raise ValueError(f"system '{name}' plays a trained Director that this run does not have")
         return SystemSetup(**common, roster=roster, director=director, block_turns=block_turns,
                            speaker=with_max_tokens(parts.trained_speaker if trained else parts.base_speaker, cap),
-                           persona_specific=name != "mascot_p")
+                           persona_specific=name != "mascot_p", random_speaker=name == "mascot_c")
     speaker = parts.sft_speaker if name == "sft" else parts.base_speaker
     if speaker is None:
         raise ValueError("system 'sft' plays the SFT baseline's adapter, which was not given")
@@ -255,6 +267,29 @@ class AssistantReplies:
                 break
         self.marked[seed], self.attempts[seed] = marked[kept], attempt + 1
         return [replies[kept]]
+
+
+class RandomSpeaker:
+    """MASCOT-C's Director: the trained Director's reply with only the persona it names replaced, by one chosen
+    uniformly by the request's seed; its instruction and tone are kept. A reply that is not a valid directive is
+    passed on as it is, so the episode retries it, then falls back, as for any Director."""
+
+    def __init__(self, backend, roster: Roster):
+        self.backend, self.kind, self.model = backend, backend.kind, backend.model
+        self.roster, self.speakers = roster, [persona.id for persona in active_personas(roster)]
+
+    async def generate(self, messages, n: int, params: SamplingParams, seed: int,
+                       response_format: dict | None = None) -> list[str]:
+        chooser, replies = random.Random(seed), []
+        for text in await self.backend.generate(messages, n=n, params=params, seed=seed,
+                                                response_format=response_format):
+            try:
+                directive = parse_directive(text, self.roster)
+            except ReplyError:
+                replies.append(text)
+                continue
+            replies.append(json.dumps({**directive.model_dump(), "next_speaker": chooser.choice(self.speakers)}))
+        return replies
 
 
 class ScriptedDirector:

@@ -18,6 +18,7 @@ from test_cli import REPO
 from mascot.config import BackendConfig, DataConfig
 from mascot.config.evaluation import SYSTEM_NAMES
 from mascot.data.contexts import write_contexts
+from mascot.dialogue.directives import FALLBACK_INSTRUCTION
 from mascot.evaluation.conversations import ConversationJob, play_shard, write_eval_contexts
 from mascot.evaluation.systems import (
     REPLY_MARKER,
@@ -113,11 +114,47 @@ def test_group_systems_ask_their_own_speaker_and_director(name, chat, contexts, 
         assert "director asks you to" in system
 
 
-def test_mascot_c_speaks_in_a_random_order_without_a_director(chat, contexts, tmp_path):
+def test_mascot_c_keeps_the_trained_directors_instruction_and_randomises_only_the_speaker(chat, contexts, tmp_path):
+    import random
+
     table, bodies = play("mascot_c", chat, contexts, tmp_path)
+    assert set(by_model(bodies)) == {"speaker", "director", "user"}  # the trained Director is asked
+    companions = table.filter(pl.col("role") == "companion")
+    assert not companions["fallback"].any() and companions["speaker"].n_unique() > 1
+    speakers = [persona.id for persona in ROSTER.active]
+    for row in companions.iter_rows(named=True):
+        directive = json.loads(row["directive"])
+        # The persona is the request seed's draw, whatever the Director named; the instruction is the Director's.
+        assert row["speaker"] == directive["next_speaker"] == random.Random(row["director_seed"]).choice(speakers)
+        assert directive["instruction"] != FALLBACK_INSTRUCTION
+
+
+def test_mascot_c_generic_plays_a_random_order_with_the_generic_instruction_and_no_director(chat, contexts, tmp_path):
+    table, bodies = play("mascot_c_generic", chat, contexts, tmp_path)
     assert set(by_model(bodies)) == {"speaker", "user"}  # no Director was asked
     companions = table.filter(pl.col("role") == "companion")
     assert not companions["fallback"].any() and companions["speaker"].n_unique() > 1
+    assert {json.loads(d)["instruction"] for d in companions["directive"]} == {FALLBACK_INSTRUCTION}
+
+
+def test_the_random_speaker_passes_an_invalid_directive_on_for_the_episode_to_retry():
+    import asyncio
+    import random
+
+    from mascot.config import SamplingParams
+    from mascot.evaluation.systems import RandomSpeaker
+
+    class Backend:
+        kind, model = "fake", "fake"
+
+        async def generate(self, messages, n, params, seed, response_format=None):
+            return ['{"next_speaker": "anchor", "instruction": "Ask what happened.", "tone": "warm"}', "not json"]
+
+    replies = asyncio.run(RandomSpeaker(Backend(), ROSTER).generate([], 2, SamplingParams(), seed=3))
+    kept = json.loads(replies[0])
+    assert kept["instruction"] == "Ask what happened." and kept["tone"] == "warm"
+    assert kept["next_speaker"] == random.Random(3).choice([p.id for p in ROSTER.active])
+    assert replies[1] == "not json"
 
 
 @pytest.mark.parametrize("name", [n for n in SYSTEM_NAMES if not SYSTEMS[n].group])
