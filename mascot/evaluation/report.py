@@ -147,6 +147,9 @@ def preamble(summary: dict[str, Any]) -> list[str]:
                  f"({', '.join(map(str, summary['seeds']))}). Contexts: "
                  + ", ".join(f"{n} {name}" for name, n in summary["contexts"].items()) + ".")
     lines.append(independence_line(summary.get("independence") or {}))
+    lines.append(f"Training runs: 1. The {len(summary['seeds'])} seed(s) are evaluation sampling seeds over this run's one "
+                 "training of the Speaker and the Director, so every interval holds the variance of contexts, sampling "
+                 "and judging, not of training: another training run could move every number.")
     shared = judges.get("shared_models") or [{"judge": label, "model": label, "roles": [], "training": []}
                                              for label in judges["shared_with_training"]]
     if shared:
@@ -338,7 +341,7 @@ def primary_markdown(summary: dict[str, Any]) -> list[str]:
                   "no paired conversations).** Every comparison below is secondary."), ""]
         return lines
     lines += ["", (f"- **Primary:** {_difference(entry).split(', p_holm')[0]}, {entry['clusters']} clusters "
-              f"({entry['contexts']} contexts, {entry['seeds']} seeds, {entry['pairs']} pairs), sd "
+              f"({entry['contexts']} contexts, {entry['seeds']} seed(s), {entry['pairs']} pairs), sd "
               f"{'–' if entry['sd'] is None else format(entry['sd'], '.3g')}; p = {entry['p']:.3f} ({entry['test']}), "
               "tested alone, unadjusted" + (f"; minimum detectable effect at {entry['mde_power']:.0%} power "
                                              f"{entry['mde']:.3g} (two-sided α {entry['mde_alpha']:.2g})"
