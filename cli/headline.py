@@ -11,6 +11,20 @@ from mascot.evaluation.report import HEADLINE
 from mascot.evaluation.systems import SYSTEMS
 
 
+def primary_line(summary: dict) -> str:
+    """The pre-declared primary endpoint's difference, interval and p, as the report's first section gives it."""
+    primary = summary.get("primary") or {}
+    declared, entry = primary.get("declared") or {}, primary.get("comparison")
+    if not declared.get("baseline"):
+        return ""
+    what = (f"primary endpoint: MASCOT - {SYSTEMS[declared['baseline']].label}, {declared['metric']} "
+            f"({declared['level']}, {declared['eval_set']}): ")
+    if entry is None or entry["mean"] is None:
+        return what + "not computed\n"
+    return what + (f"{entry['mean']:+.1f} [{entry['ci_low']:+.1f}, {entry['ci_high']:+.1f}], p {entry['p']:.3f}, "
+                   f"{entry['clusters']} clusters\n")
+
+
 def headline_table(summary_path: Path) -> Table:
     """Each system's headline criteria (persona level) and collective overall score on all evaluation
     contexts, mean [interval over contexts], and MASCOT's pairwise win rate against it."""
@@ -21,7 +35,7 @@ def headline_table(summary_path: Path) -> Table:
     first = next(iter(entries.values()))
     table = Table(title=f"Evaluation of {summary['run']}: {first['contexts']} contexts, {len(summary['seeds'])} "
                         f"seed(s), 0-100, mean [{summary['confidence']:.0%} interval over clusters]",
-                  caption=f"judges: {', '.join(summary['judges']['persona'])}"
+                  caption=primary_line(summary) + f"judges: {', '.join(summary['judges']['persona'])}"
                           + (" (heuristic: pipeline checks, not research claims)"
                              if summary["judges"]["heuristic_only"] else ""))
     table.add_column("system")

@@ -185,3 +185,24 @@ def test_the_report_states_the_cot_reasoning_budget_attempts_and_failures_per_sy
     assert "**2 of 5 CoT turns had no marker after every attempt** (Zero-Shot CoT 2 of 3; Few-Shot CoT 0 of 2)" in line
     marked = reasoning_counts(conversations.filter(pl.col("system") == "few_shot_cot"))
     assert "All 2 CoT turns had their marker." in cot_line({"marker": "Reply:", **marked}, budgets)
+
+
+def test_the_terminal_headline_gives_the_primary_endpoint(tmp_path):
+    import json
+
+    from cli.headline import headline_table, primary_line
+
+    declared = {"baseline": "multi_agent", "level": "collective", "metric": "overall", "eval_set": "held_out"}
+    entry = {"mean": 4.25, "ci_low": -1.0, "ci_high": 9.5, "p": 0.125, "clusters": 6}
+    assert primary_line({"primary": {"declared": declared, "comparison": entry}}) == (
+        "primary endpoint: MASCOT - Multi-agent (untrained), overall (collective, held_out): +4.2 [-1.0, +9.5], "
+        "p 0.125, 6 clusters\n")
+    assert primary_line({"primary": {"declared": declared, "comparison": None}}).endswith("not computed\n")
+    assert primary_line({}) == ""
+    summary = {"run": "r", "seeds": [0], "confidence": 0.95, "systems": ["mascot"], "preferences": [],
+               "judges": {"persona": ["heuristic"], "heuristic_only": True},
+               "results": {"all": {"summaries": [{"level": "persona", "metric": "overall", "system": "mascot",
+                                                  "contexts": 6, "mean": 50.0, "ci_low": 40.0, "ci_high": 60.0}]}},
+               "primary": {"declared": declared, "comparison": entry}}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    assert headline_table(tmp_path / "summary.json").caption.startswith("primary endpoint: MASCOT - Multi-agent")
