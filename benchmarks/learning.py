@@ -1,6 +1,7 @@
 """Benchmark: the known-optimum checks at their full budget, with their figures.
 
-    python benchmarks/learning.py [--check director|speaker] [--steps 60] [--samples 16] [--seed 0] [--cache DIR]
+    python benchmarks/learning.py [--check director|chain|speaker] [--steps 60] [--samples 16] [--seed 0] [--cache DIR]
+    python benchmarks/learning.py --builds 3 [--config configs/tiny.yaml]
 
 Builds (or finds in the cache) the tiny models of configs/tiny.yaml and runs each known-optimum check
 (`mascot.known_optima`) with the tiny profile's trainer settings, more steps than the tests give it, and
@@ -13,11 +14,20 @@ Check 2 (`chain`): the whole Stage 2 chain against a planted group judge (`masco
 Check 3 (`speaker`): the persona reward model and the Speaker's GRPO against a planted persona judge
 (`mascot.known_optima.speaker_persona`): first the reward model's held-out pair accuracy and persona-swap accuracy,
 then the arms. `--samples` is the replies per held-out prompt; the reward model trains with the profile's epochs.
+
+`--builds N` runs no check: it builds the profile's tiny models from seeds 0 to N-1 (`tiny.seed`) and runs the
+profile's whole pipeline on each build, as `make demo` does, under the run name `<run>-build<seed>`. For each
+build it prints the three learning figures with their intervals: the Speaker's held-out gain on the persona
+reward model (interval over contexts), the GRPO Director's held-out gain on the group reward model (over
+held-out states) and the evaluation's primary endpoint (by default MASCOT against the untrained multi-agent
+group). A figure survives a rebuild when its interval stays above 0 in every build.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +48,13 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=None, help="override the completions per step")
     parser.add_argument("--cache", type=Path, default=None, help="where the tiny models are built (default: the "
                         "profile's cache)")
+    parser.add_argument("--builds", type=int, default=0, help="instead of the checks: run the profile's pipeline on "
+                        "tiny models built from this many seeds, and print each build's learning figures")
+    parser.add_argument("--config", type=Path, default=REPO / "configs" / "tiny.yaml", help="the profile --builds "
+                        "runs (default: configs/tiny.yaml)")
     args = parser.parse_args()
+    if args.builds:
+        sys.exit(run_builds(args.config, args.builds))
 
     from mascot.config import load_config
     from mascot.known_optima.director_grpo import check_policy, run_director_check
@@ -89,6 +105,67 @@ def main() -> None:
               f"settings {result.settings}")
         failed |= not result.passed
     sys.exit(1 if failed else 0)
+
+
+def run_builds(profile_path: Path, builds: int) -> int:
+    """Run the profile's pipeline on `builds` tiny builds (seeds 0 to builds - 1); print each one's figures."""
+    import yaml
+
+    from mascot.config import load_config
+
+    profile = load_config(profile_path)
+    if profile.tiny is None:
+        raise SystemExit(f"{profile_path} builds no tiny models: --builds rebuilds a tiny profile's models")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="mascot-builds-") as scratch:
+        for seed in range(builds):
+            # The profile as loaded (every path absolute), with another seed for the tiny models.
+            document = profile.model_dump(mode="json", exclude_unset=True, by_alias=True)
+            document.setdefault("tiny", {})["seed"] = seed
+            config = Path(scratch) / f"build{seed}.yaml"
+            config.write_text(yaml.safe_dump(document, sort_keys=False))
+            name = f"{profile.run.name}-build{seed}"
+            print(f"build {seed}: mascot run pipeline --config {profile_path} (tiny.seed {seed}) --run-name {name}",
+                  flush=True)
+            started = time.perf_counter()
+            done = subprocess.run([str(Path(sys.executable).parent / "mascot"), "run", "pipeline", "--config",
+                                   str(config), "--run-name", name], check=False, capture_output=True, text=True)
+            if done.returncode != 0:
+                print(done.stdout[-3000:], done.stderr[-3000:], sep="\n")
+                raise SystemExit(f"build {seed}: the pipeline failed (exit {done.returncode})")
+            rows.append((seed, time.perf_counter() - started, learning_figures(profile.run.output_dir / name)))
+    print(f"\n{profile_path.name}: learning figures per build (mean [95% interval]; n)")
+    print(f"{'build':<6} {'minutes':>7}  {'Speaker persona-RM gain':<34} {'Director group-RM gain':<34} "
+          f"{'MASCOT - untrained group (primary)':<34}")
+    survived = True
+    for seed, seconds, figures in rows:
+        cells = [_figure(figures[key]) for key in ("speaker", "director", "primary")]
+        print(f"{seed:<6} {seconds / 60:>7.1f}  " + " ".join(f"{cell:<34}" for cell in cells))
+        survived &= all((figures[key] or {}).get("ci_low") is not None and figures[key]["ci_low"] > 0
+                        for key in ("speaker", "director"))
+    print("the Speaker's and the Director's gains " + ("have their intervals above 0 in every build" if survived
+                                                        else "do NOT have their intervals above 0 in every build"))
+    return 0 if survived else 1
+
+
+def learning_figures(run_dir: Path) -> dict[str, dict | None]:
+    """A run's three learning figures, read from its run directory: the Speaker's held-out persona-RM gain
+    (interval over contexts), the Director's held-out group-RM gain (over states) and the evaluation's primary
+    endpoint (None where the evaluation computed none)."""
+    def read(*parts: str) -> dict:
+        return json.loads(run_dir.joinpath(*parts).read_text())
+
+    speaker = read("stage1", "speaker_eval", "metrics.json")["scores"]["persona_rm"]["difference_by_context"]
+    director = read("stage2", "director_eval", "metrics.json")["scores"]["group_rm"]["difference"]
+    primary = (read("eval", "summary.json").get("primary") or {}).get("comparison")
+    return {"speaker": {**speaker, "mean": speaker["value"]}, "director": director, "primary": primary}
+
+
+def _figure(figure: dict | None) -> str:
+    if figure is None or figure.get("mean") is None:
+        return "undefined"
+    n = figure.get("clusters") or figure.get("n")
+    return f"{figure['mean']:+.3f} [{figure['ci_low']:+.3f}, {figure['ci_high']:+.3f}]; n={n}"
 
 
 if __name__ == "__main__":
