@@ -39,8 +39,8 @@ def screening_measurement(rules, split="dev"):
     return measure(rows, lambda message: bool(crisis_rules(message, rules)))
 
 
-# What the shipped rules must hold on the rows they were written from (the dev rows, 286 since round 2 of the
-# rules: at this commit they flag all 160 crisis rows, and none of the 90 near-misses or 36 ordinary messages).
+# What the shipped rules must hold on the rows they were written from (the dev rows, 411 since round 3 of the
+# rules, the third held-out set among them).
 DEV_FLOOR = {"crisis": 0.98, "category": 0.95, "near_miss": 0.05}
 
 
@@ -69,10 +69,13 @@ def test_the_rules_hold_their_floor_on_the_dev_rows():
     assert set(CSSRS) <= {category for label, category in measured.by_category if label == "crisis"}
 
 
-# The third blind set (125 rows), measured once at the commit that added it: 60/72 crisis rows flagged, 8/35 near-miss
-# and 0/18 ordinary false alarms (benchmarks/README.md). No rule may be written from these rows, so they can only hold
-# the rules to what they did then, and to the acceptance below, which they do not meet yet.
-HELD_OUT_MEASURED = {"crisis": 60, "near_miss": 8}
+# The blind held-out set, measured once at the commit that adds it. The third set (125 rows, 60/72 crisis rows
+# flagged, 8/35 near-miss and 0/18 ordinary false alarms) was read to write round 3 of the rules and is dev now, so
+# the file has no heldout rows until a fourth blind set is added. Whoever adds it records here the figures of its one
+# measurement (crisis rows flagged, near-miss false alarms) and whether they meet issue 31's acceptance; no rule may be
+# written from those rows, so they can only hold the rules to what they did then, and to the acceptance.
+HELD_OUT_MEASURED: dict[str, int] | None = None  # e.g. {"crisis": 60, "near_miss": 8}
+HELD_OUT_MEETS_ACCEPTANCE = False
 
 
 def heldout_measurement():
@@ -89,13 +92,17 @@ def test_the_rules_do_no_worse_on_the_heldout_rows_than_when_they_were_measured(
     added, at most its near-miss false alarms, and none on ordinary messages. A held-out set that was read to write
     rules is moved to dev, so between two sets the file has none."""
     measured, misses, alarms = heldout_measurement()
+    assert HELD_OUT_MEASURED is not None, (
+        f"{SCREENING_SET.name} has heldout rows but HELD_OUT_MEASURED is not set: record their one measurement, "
+        f"{measured.rate('crisis')} crisis rows flagged and {measured.rate('near_miss')} near-miss false alarms")
     assert measured.rate("crisis").k >= HELD_OUT_MEASURED["crisis"], misses
     assert measured.rate("near_miss").k <= HELD_OUT_MEASURED["near_miss"], alarms
     assert measured.rate("ordinary").k == 0, alarms
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 31's acceptance is not met: 83% held-out recall "
-                   "and 23% near-miss false alarms (docs/chat.md); strict, so the mark must go once it is")
+@pytest.mark.xfail(not HELD_OUT_MEETS_ACCEPTANCE, strict=True, raises=AssertionError,
+                   reason="issue 31's acceptance is not met on the held-out rows (docs/chat.md); strict, so "
+                   "HELD_OUT_MEETS_ACCEPTANCE must be set once it is")
 def test_the_rules_hold_the_acceptance_on_the_heldout_rows():
     """Issue 31's acceptance on the blind rows: at least 95% recall on crisis messages, at most 10% false alarms
     on near-misses, none on ordinary messages."""
