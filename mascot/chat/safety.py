@@ -132,12 +132,17 @@ def _matches(patterns: dict[str, list[str]], text: str, spared: dict[str, list[t
 
 
 def crisis_rules(text: str, rules: SafetyRules) -> list[str]:
-    """The crisis rules a message matches, each outside the spans of its own category's exceptions."""
+    """The crisis rules a message matches, each outside the spans of its own category's exceptions. The exceptions
+    are looked for only where a rule matched, and only those of its category: most messages match none, and the
+    exception classes are the costliest patterns to run."""
     folded = normalized(text)
-    spans = {name: _spans(patterns, folded) for name, patterns in rules.exceptions.items()}
-    spared = {category: [span for name in spec.exceptions for span in spans[name]]
-              for category, spec in rules.crisis.items()}
-    return _matches({category: spec.patterns for category, spec in rules.crisis.items()}, folded, spared)
+    found = {(category, number): spans for category, spec in rules.crisis.items()
+             for number, pattern in enumerate(spec.patterns, 1) if (spans := _spans([pattern], folded))}
+    needed = {name for category, _ in found for name in rules.crisis[category].exceptions}
+    exception_spans = {name: _spans(rules.exceptions[name], folded) for name in needed}
+    return [f"{category} #{number}" for (category, number), spans in found.items()
+            if any(not any(begin <= start and end <= stop for name in rules.crisis[category].exceptions
+                           for begin, stop in exception_spans[name]) for start, end in spans)]
 
 
 @dataclass(frozen=True)
