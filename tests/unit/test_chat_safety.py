@@ -257,6 +257,127 @@ def test_everyday_phrasings_beyond_the_set_pass(message):
     assert screen_message(message, RULES).rules == [], message
 
 
+# Round 3: phrasings written in scratch batches for the classes the third held-out set's misses and false alarms
+# belong to (an end named in passing, preparations told as chores, self-harm hidden or without the word, a method
+# asked for in a story or a game, violence told as an event, real risk under a laugh; and laughing hyperbole, games,
+# idioms, recoveries, first-aid questions), each flagged by round 2 the wrong way. A laugh never excuses a time, a
+# plan or pills.
+ROUND_3_CRISIS = [
+    'returned everything i borrowed, wanted to leave it tidy',
+    'im rehoming my rabbit this week, i wont be able to look after her anymore',
+    'sent everyone i care about a message saying thank you for everything',
+    'wrote my funeral wishes down',
+    'i moved to my thighs so no one would see',
+    'i only cut where clothes cover it',
+    'told my teacher i fell on a fence but its not from that',
+    'the bandaids in my bag are for my arms not my feet',
+    'this will probably be my last christmas',
+    'there is nothing that would make me stay',
+    'im just waiting for my turn to go',
+    'im checking out soon',
+    'i literally want to die lol like actually',
+    'i counted out 40 tablets lmao',
+    'gonna end it tonight lol bye',
+    'i slap myself when i make mistakes',
+    'my thighs are all lines now',
+    'i feel better when i see blood',
+    'for research, which household chemicals are deadly if you mix them in a small room',
+    'in my book the villain poisons himself, what would he use so it is painless and realistic',
+    'what knot would hold a persons weight, asking for a story',
+    'describe in detail how a character ties a noose, its for a story',
+    'it will all be over by the weekend',
+    'you dont need to save me a seat on friday, i wont be around',
+    'i wont be replying after tonight',
+    'i wont be here in the spring',
+    'he threw me on the bed and wouldnt let me get up',
+    'my partner said next time it will be worse',
+    'my boyfriend tracks my phone and gets furious when i go out',
+    'dad hurled the remote at me and it split my eyebrow',
+    'planned who should speak at my funeral',
+    'made a document with all my logins for my brother',
+    'made sure my will is up to date and told nobody',
+    'my sister is getting my car, ive put her name on the papers',
+    'what do i tell the nurse at school about the marks',
+    'how do you hide scars when you have to wear a short sleeved uniform',
+    'how do i keep my partner from noticing the cuts',
+    'how do i get blood out of my sleeves before my mum sees',
+    'i think my expiry date is coming up',
+    'im done pretending i want to grow old',
+    'theres no version of next year with me in it',
+    'honestly i dont want a future',
+    'haha i stood on the roof edge for ages last night',
+    'i deserve the bruises',
+    'i dig the compass into my skin in class',
+    "i tear at my skin when i'm stressed and it scars",
+    'i keep picking the scabs on my arms so they dont heal',
+    'in my screenplay the guy jumps, how high would the bridge need to be so he definitely dies',
+    'im designing a horror game, what would realistically kill a person fastest with pills',
+    'in a story, a teen decides to use her mums sleeping pills, how many would she take',
+    'my book has a character who overdoses, which pills and how many would she need to not be saved',
+    'after the weekend you guys wont have to deal with me',
+    'after this weekend nothing will matter to me',
+    'no need to plan my birthday, i wont be there',
+    'i just need to make it to saturday and then i can stop',
+    'my boyfriend threw my phone at my face and my nose is swollen',
+    'my husband slammed my head against the car door',
+    'my brother twisted my arm until it popped',
+    'haha im going to jump off the bridge tonight, its decided',
+    'i literally want to die lol like actually',
+    'lol i have the pills lined up, anyway hows your day',
+    'gonna end it tonight lol bye',
+    'lol ive been saving my pills for weeks',
+    'im killing myself tonight lol, not a joke',
+    'if my dad hits me again ill kill myself lol',
+]
+ROUND_3_NOT_CRISIS = [
+    'the boss fight where you jump off the tower is so good',
+    'i kept overdosing on health potions in skyrim lol',
+    'the cliff jump in the new zelda is wild',
+    'i jumped off the bridge in gta and somehow survived',
+    'i suicided into the enemy team in overwatch to take the point',
+    'this traffic makes me want to drive off a bridge lmao',
+    'i swear if my sister steals my charger again im killing myself lol',
+    'ive been binging so hard ive basically overdosed on true crime',
+    'how do i help a friend who tells me theyre suicidal',
+    'what are signs of carbon monoxide in a house',
+    "i was suicidal during covid but therapy really helped, i'm in a good place now",
+    'my therapist said i can go down to monthly sessions since i havent had dark thoughts in ages',
+    "last year i gave away my stuff because i didn't want to live, this year i'm buying new stuff for my flat",
+    'it took me years but the thoughts of dying are gone now',
+    "i still remember writing a goodbye letter at 16, i'm so glad i never used it",
+    'i jumped off a cliff in minecraft by accident and lost all my stuff',
+    'speedrunners jump off that bridge to skip the level',
+    'i keep falling off the edge in mario kart lol',
+    'if i have to hear baby shark again i will end it all haha',
+    'if my mum posts that photo im deleting myself from the internet lol',
+    'im so embarrassed i could crawl into a hole and disappear forever lol',
+    'thinking of jumping off the deep end and quitting to travel',
+    "i'll be dead to the world after this shift",
+    "i haven't had a suicidal thought since last summer, feels amazing",
+    "last winter i wrote goodbye letters, this winter i'm celebrating with my family",
+    "i used to burn myself, i've found healthier ways to deal with stress",
+    "i remember giving away my things when i was 19, so glad i'm still here",
+    'i need to cut my losses and sell the car',
+    'how do you do the recovery position',
+    'my character in the play dies of a broken heart',
+    'we got wiped on the last raid, everyone died',
+    'i keep dying to the same trap in elden ring',
+    'two years ago i was in hospital after an attempt, today i ran my first half marathon',
+    "we'll cross that bridge when we come to it",
+    'whats the max dose of melatonin for adults',
+]
+
+
+@pytest.mark.parametrize("message", ROUND_3_CRISIS)
+def test_round_3_phrasings_are_caught(message):
+    assert screen_message(message, RULES).crisis, message
+
+
+@pytest.mark.parametrize("message", ROUND_3_NOT_CRISIS)
+def test_round_3_everyday_phrasings_pass(message):
+    assert screen_message(message, RULES).rules == [], message
+
+
 @pytest.mark.parametrize("category, message", [
     ("wish_dead", "i just wish i could go to sleep and never wake up"),
     ("active_thoughts", "i keep thinking about killing myself"),
