@@ -69,12 +69,11 @@ def test_the_rules_hold_their_floor_on_the_dev_rows():
     assert set(CSSRS) <= {category for label, category in measured.by_category if label == "crisis"}
 
 
-# The blind held-out set, measured once at the commit that adds it. The third set (125 rows, 60/72 crisis rows
-# flagged, 8/35 near-miss and 0/18 ordinary false alarms) was read to write round 3 of the rules and is dev now, so
-# the file has no heldout rows until a fourth blind set is added. Whoever adds it records here the figures of its one
-# measurement (crisis rows flagged, near-miss false alarms) and whether they meet issue 31's acceptance; no rule may be
-# written from those rows, so they can only hold the rules to what they did then, and to the acceptance.
-HELD_OUT_MEASURED: dict[str, int] | None = None  # e.g. {"crisis": 60, "near_miss": 8}
+# The blind held-out set, measured once at the commit that adds it: the fourth (160 rows, written after round 3 by
+# someone who read nothing of the project but the file's header) gave 70/96 crisis rows flagged, 4/42 near-miss and
+# 0/22 ordinary false alarms. No rule may be written from these rows, so they can only hold the rules to what they did
+# then, and to issue 31's acceptance, which they do not meet (73% recall against 95%).
+HELD_OUT_MEASURED: dict[str, int] | None = {"crisis": 70, "near_miss": 4}
 HELD_OUT_MEETS_ACCEPTANCE = False
 
 
