@@ -11,6 +11,7 @@ from mascot.config.backends import BackendConfig, JudgeConfig, SamplingParams
 from mascot.config.base import SAMPLES_DIR, TINY_MODELS, Section
 from mascot.config.chat import ChatConfig, CrisisClassifierConfig, ModerationConfig, SafetyConfig
 from mascot.config.data import CORPUS_DOMAIN, CorpusConfig, DataConfig
+from mascot.config.gpus import GpuMap
 from mascot.config.loading import load_any, load_config
 from mascot.config.run import (
     CacheConfig,
@@ -49,6 +50,7 @@ __all__ = [
     "DirectorRewardWeights",
     "EpisodeConfig",
     "GRPOPolicyConfig",
+    "GpuMap",
     "JudgeConfig",
     "LoraConfig",
     "ModerationConfig",

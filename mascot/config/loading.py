@@ -271,7 +271,23 @@ def machine_problems(document: YamlDocument, config: RunConfig) -> list[Problem]
     if kind != "threads" and importlib.util.find_spec(f"prefect_{kind}") is None:
         problems.append(document.problem(("runner", "kind"), f"the {kind} runner needs prefect-{kind}, which is not "
                                          f"installed here: pip install 'mascot[{kind}]', or set runner.kind: threads"))
-    return problems + _cuda_problems(document, config)
+    return problems + _cuda_problems(document, config) + gpu_map_problems(document, config)
+
+
+def gpu_map_problems(document: YamlDocument, config: RunConfig, gpu_count: Callable[[], int] | None = None
+                     ) -> list[Problem]:
+    """Every GPU the map names exists on this machine. `gpu_count` defaults to the GPUs this process sees, so
+    validate with every GPU visible (CUDA_VISIBLE_DEVICES unset): the map numbers them as nvidia-smi does."""
+    if config.gpus is None:
+        return []
+    from mascot.torch_runtime import visible_gpu_count
+
+    count = (gpu_count or visible_gpu_count)()
+    return [document.problem(("gpus", *loc), f"GPU {gpu} does not exist here: this machine shows {count} GPU(s) "
+                                             f"(0 to {count - 1})" if count else
+                             f"GPU {gpu} does not exist here: this machine shows no CUDA GPU; check a config meant "
+                             "for another machine with mascot config validate --no-machine-checks")
+            for loc, gpu in config.gpus.indices().items() if gpu >= count]
 
 
 def backends(config: RunConfig) -> dict[tuple, BackendConfig]:

@@ -17,6 +17,7 @@ from mascot.config.base import TINY_MODELS, ConfigPath, RunName, Section
 from mascot.config.chat import ChatConfig
 from mascot.config.data import DataConfig
 from mascot.config.evaluation import EvalConfig
+from mascot.config.gpus import GpuMap
 from mascot.config.stage1 import BeforeAfterConfig, SpeakerConfig, Stage1Config
 from mascot.config.stage2 import DirectorConfig, DirectorDPOConfig, DirectorEvalConfig, Stage2Config
 from mascot.config.training import RewardModelConfig, SFTPolicyConfig, TrainerConfig
@@ -119,6 +120,8 @@ class RunConfig(Section):
     train: TrainConfig
     tiny: TinyModelSpec | None = Field(default=None, description="Needed when any model is 'tiny:lm' or 'tiny:rm'.")
     runner: RunnerConfig = Field(default_factory=RunnerConfig, description="Where the shards of a flow run run.")
+    gpus: GpuMap | None = Field(default=None, description="Which GPUs train and which serve (deployments/README.md); "
+                                "left out: no check of the machine's GPUs beyond bf16's.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     cache: CacheConfig = Field(default_factory=CacheConfig)
 
@@ -153,6 +156,13 @@ class RunConfig(Section):
                 raise FieldError(("eval", "primary", "eval_set"), (
                     f"'{self.eval.primary.eval_set}' is not an evaluation set of this config; expected one of "
                     f"{', '.join(sets)} (a data.held_out corpus as '<source>:<split>', with eval.out_of_domain on)"))
+        if self.gpus is not None and len(self.gpus.train) > 1:
+            for name, trainer in self.train.trainers.items():
+                if trainer.accelerate_config is None and not trainer.use_cpu:
+                    raise FieldError(("train", name), f"gpus.train lists {len(self.gpus.train)} GPUs, so this step "
+                                     "would see them all and train on one (TRL refuses nn.DataParallel); give it "
+                                     "accelerate_config: ../deployments/accelerate/multi_gpu.yaml, or list one GPU "
+                                     "in gpus.train")
         for trainer in self.train.trainers.values():  # a trainer without its own seed takes the run's
             if trainer.seed is None:
                 trainer.seed = self.run.seed

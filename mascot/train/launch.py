@@ -26,6 +26,8 @@ from typing import Any
 from mascot.artifacts import Artifact
 from mascot.config import TrainerConfig
 from mascot.llm.limits import LIMITS_DIR
+from mascot.torch_runtime import visible_gpu_count
+from mascot.train.runtime import TrainingSetupError
 
 CALL, RESULT = "call.pickle", "result.pickle"
 
@@ -37,6 +39,7 @@ class LaunchError(RuntimeError):
 def launched(config: TrainerConfig, train: Callable[..., Any], *args: Any, **kwargs: Any) -> Artifact:
     """`train(*args, **kwargs)`, in this process, or in the processes of `config.accelerate_config` if it names one."""
     if config.accelerate_config is None:
+        refuse_several_gpus(config, train.__name__)
         return train(*args, **kwargs)  # a trainer returns None only in the later processes of a launch
     with tempfile.TemporaryDirectory(prefix="mascot-launch-") as folder:
         (Path(folder) / CALL).write_bytes(pickle.dumps((train, args, kwargs)))
@@ -50,6 +53,18 @@ def launched(config: TrainerConfig, train: Callable[..., Any], *args: Any, **kwa
                               f"exited with status {finished.returncode}; the output of its processes is above. To "
                               "train in the flow's process instead, remove accelerate_config from the trainer's section")
         return pickle.loads((Path(folder) / RESULT).read_bytes())
+
+
+def refuse_several_gpus(config: TrainerConfig, step: str, gpu_count: Callable[[], int] | None = None) -> None:
+    """A step in the flow's process that sees several GPUs would train on one and leave the rest idle, or, with
+    TRL's GRPOTrainer, stop at nn.DataParallel, after the steps before it have run; so it stops before it starts."""
+    if config.use_cpu or (count := (gpu_count or visible_gpu_count)()) <= 1:
+        return
+    raise TrainingSetupError(
+        f"{step} would train in the flow's process, which sees {count} GPUs (CUDA_VISIBLE_DEVICES="
+        f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}); give the trainer's section accelerate_config: "
+        "../deployments/accelerate/multi_gpu.yaml (num_processes = its GPUs) to train on all of them, or run the flow "
+        "with CUDA_VISIBLE_DEVICES set to the one training GPU of the config's gpus.train")
 
 
 def free_port() -> int:

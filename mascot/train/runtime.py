@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from mascot.artifacts import content_sha256
 from mascot.config import BackendConfig, SamplingParams, TrainerConfig
-from mascot.torch_runtime import quiet_transformers, require_torch
+from mascot.torch_runtime import cuda_device, quiet_transformers, require_torch
 from mascot.tracking import active_run
 
 # TRL 1.16 itself still uses transformers' deprecated `gradient_checkpointing` names; the warning
@@ -25,8 +25,10 @@ class TrainingSetupError(RuntimeError):
 
 
 def trainer_device(config: TrainerConfig) -> str:
-    """Where a trainer runs, and where its model is scored afterwards: a visible GPU unless use_cpu."""
-    return "cuda" if require_torch().cuda.is_available() and not config.use_cpu else "cpu"
+    """Where a trainer runs, and where its model is scored afterwards: this process's GPU (`cuda:{LOCAL_RANK}` under
+    a launch) unless use_cpu or none is visible. An explicit index, so that reward-model scorers and policy snapshots
+    loaded in other threads land on the same GPU as the trainer."""
+    return cuda_device() if require_torch().cuda.is_available() and not config.use_cpu else "cpu"
 
 
 def adapter_backend(trainer: TrainerConfig, adapter: Path, params: SamplingParams) -> BackendConfig:
@@ -37,7 +39,7 @@ def adapter_backend(trainer: TrainerConfig, adapter: Path, params: SamplingParam
 
 def device_args(config: TrainerConfig) -> dict:
     """TrainingArguments for this machine: the CPU needs use_cpu=True and bf16=False."""
-    cuda = trainer_device(config) == "cuda"
+    cuda = trainer_device(config).startswith("cuda")
     if config.bf16 and not cuda:
         raise TrainingSetupError("bf16 is true but no CUDA GPU is visible; set bf16: false in the trainer's "
                                  "section to train in float32 on the CPU (configs/tiny.yaml does)")
