@@ -97,6 +97,14 @@ class GRPOPolicyConfig(TrainerConfig):
     # Parameters that control generation acceleration powered by vLLM
     use_vllm: bool = Field(default=False, description="Generate rollouts with vLLM (GPU, `serve` extra).")
     vllm_mode: Literal["colocate", "server"] = Field(default="colocate", description="TRL's vLLM mode.")
+    vllm_gpu_memory_utilization: float = Field(
+        default=0.3, gt=0, le=1.0, description="colocate: the share of the training GPU that TRL's vLLM takes, weights "
+        "and KV cache together (TRL's default); the policy, its optimizer states and the reward models need the rest.")
+    vllm_enable_sleep_mode: bool = Field(default=False, description="colocate: offload vLLM's weights and cache "
+                                         "during the optimizer step (less peak memory, slower steps).")
+    vllm_max_model_length: int | None = Field(default=None, ge=16, description="colocate: vLLM's context window "
+                                              "(longest prompt + max_completion_length); null: the model's, whose "
+                                              "KV cache reservation is far larger than the rollouts need.")
 
     # Parameters that control the training
     max_steps: int = Field(default=200, ge=1, description="GRPO optimisation steps.")

@@ -2,7 +2,8 @@
 
 Used by the offline profile (tiny models on a laptop CPU) and for quick checks of a trained
 adapter without starting a server. Models are loaded once per process and shared by every
-backend that names the same (model, adapter, device).
+backend that names the same (model, adapter, device), until the step that loaded them ends
+(`models_released`): a model loaded for a step leaves memory with it.
 
 Requests are decoded in batches (`mascot.llm.batched_decoding`): those waiting for the same
 loaded model share each forward pass, up to `max_batch` sequences, and each request's texts depend
@@ -17,10 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hashlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,6 +103,49 @@ def unload_adapter(adapter: str) -> None:
         for key in [key for key in _LOADED if key[1] == adapter]:
             for decoder in _LOADED.pop(key).decoders.values():
                 decoder.close()
+
+
+def loaded_models() -> list[tuple[str, str | None, str]]:
+    """The (model, adapter, device) of every model this process holds."""
+    with _LOAD_LOCK:
+        return list(_LOADED)
+
+
+@contextlib.contextmanager
+def models_released() -> Iterator[None]:
+    """Release, when the block ends, every model loaded during it, and return the GPU memory they held.
+
+    A step that loads models (a trainer's scorers and policy snapshots, the before/after comparison's two
+    policies) runs in this block, so that the next step does not find them still loaded: in one pipeline process
+    an 8B model per step would otherwise pile up until the GPU is full. Models loaded before the block began,
+    which the shards of another step running at the same time may be using, are kept."""
+    before = set(loaded_models())
+    try:
+        yield
+    finally:
+        release_models(keep=before)
+
+
+def release_models(keep: set[tuple] | frozenset = frozenset()) -> None:
+    """Forget every loaded model but those in `keep`, end their decoders once their work is done, and empty
+    the CUDA cache, so that their memory returns to the GPU rather than to torch's allocator."""
+    with _LOAD_LOCK:
+        released = [_LOADED.pop(key) for key in [key for key in _LOADED if key not in keep]]
+    for loaded in released:
+        for decoder in loaded.decoders.values():
+            decoder.close()
+    del released
+    gc.collect()  # the models' tensors are freed when their last reference goes, which a cycle may hold
+    empty_cuda_cache()
+
+
+def empty_cuda_cache() -> None:
+    """Hand torch's cached, unused GPU blocks back to the driver (nothing without torch or a GPU)."""
+    import sys
+
+    torch = sys.modules.get("torch")  # a process that never imported torch holds no GPU memory
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _load_uncached(model: str, adapter: str | None, device: str) -> LoadedModel:

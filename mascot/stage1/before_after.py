@@ -20,6 +20,7 @@ from mascot.artifacts import Artifact, atomic_dir, dir_artifact, write_json, wri
 from mascot.config import BeforeAfterConfig, SpeakerConfig
 from mascot.judges.panel import aggregate_scores
 from mascot.llm import make_backend, shared_cache
+from mascot.llm.transformers_backend import models_released
 from mascot.progress import cache_hits, shard_progress
 from mascot.prompts import speaker_messages
 from mascot.queries import Queries, context_ids
@@ -41,7 +42,9 @@ def sample_policies(speaker: SpeakerConfig, compare: BeforeAfterConfig, held_out
     for index, policy in enumerate(POLICIES):
         config = policy_backend(speaker, adapter.verified() if policy == "speaker" else None)
         # The same seeds for both policies: their samples differ only by the adapter.
-        with shard_progress(f"sampling held-out prompts ({policy})", len(queries), cache_hits(cache)) as row:
+        # One policy in memory at a time: the base's copy leaves before the adapter's loads.
+        with models_released(), shard_progress(f"sampling held-out prompts ({policy})", len(queries),
+                                               cache_hits(cache)) as row:
             sampled = asyncio.run(sample_candidates(make_backend(config, cache=cache), queries, n, config.params,
                                                     speaker.seed, on_start=row.started, on_done=row.finished))
         rows += [{"query_id": s.query.id, "persona": s.query.persona.id, "policy": policy, "sample_idx": i,

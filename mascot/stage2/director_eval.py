@@ -25,6 +25,7 @@ from mascot.artifacts import Artifact, atomic_dir, dir_artifact, write_json, wri
 from mascot.config import BeforeAfterConfig, DirectorEvalConfig, DirectorRewardWeights, GRPOPolicyConfig
 from mascot.dialogue.directives import director_messages
 from mascot.llm import make_backend
+from mascot.llm.transformers_backend import models_released
 from mascot.progress import cache_hits, shard_progress
 from mascot.queries import context_ids, request_seed
 from mascot.stage2.branching import Setting
@@ -60,12 +61,14 @@ def evaluate_directors(evaluation: DirectorEvalConfig, directors: Directors, set
     frames = []
     for name in POLICIES:
         config = directors.backend(name)
-        with shard_progress(f"held-out directives ({name})", len(held_out), cache_hits(rollouts.cache)) as row:
-            sampled = asyncio.run(_sample(make_backend(config, cache=rollouts.cache), config.params, setting,
-                                          held_out, evaluation.samples_per_prompt, row))
-        states = [state.id for state, texts in zip(held_out, sampled, strict=True) for _ in texts]
-        texts = [text for texts in sampled for text in texts]
-        terms = rollouts.terms(states, texts, evaluation.rollouts, config)
+        # One policy in memory at a time: its copy leaves once its directives are sampled and their rollouts scored.
+        with models_released():
+            with shard_progress(f"held-out directives ({name})", len(held_out), cache_hits(rollouts.cache)) as row:
+                sampled = asyncio.run(_sample(make_backend(config, cache=rollouts.cache), config.params, setting,
+                                              held_out, evaluation.samples_per_prompt, row))
+            states = [state.id for state, texts in zip(held_out, sampled, strict=True) for _ in texts]
+            texts = [text for texts in sampled for text in texts]
+            terms = rollouts.terms(states, texts, evaluation.rollouts, config)
         frames.append(pl.DataFrame({
             "state_id": states, "policy": name, "sample_idx": [i for texts in sampled for i in range(len(texts))],
             "text": texts,

@@ -85,23 +85,13 @@ def train_grpo_policy(config: GRPOPolicyConfig, prompts: list[dict[str, Any]], r
     require_torch()
     from datasets import Dataset
     from transformers import AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     if len(rewards) != len(weights):
         raise ValueError(f"{len(rewards)} reward functions but {len(weights)} weights")
     if config.use_vllm:
         _require_vllm()
-    args = GRPOConfig(
-        output_dir=str(checkpoints), learning_rate=config.learning_rate, max_steps=config.max_steps,
-        per_device_train_batch_size=config.batch_size, gradient_accumulation_steps=config.gradient_accumulation_steps,
-        num_generations=config.num_generations, max_completion_length=config.max_completion_length,
-        temperature=config.temperature, top_p=config.top_p, beta=config.beta, reward_weights=list(weights),
-        chat_template_kwargs=config.chat_template_kwargs, use_vllm=config.use_vllm, vllm_mode=config.vllm_mode,
-        save_strategy="steps", save_steps=config.save_steps, save_total_limit=1, logging_steps=1, report_to="none",
-        seed=config.seed, gradient_checkpointing=config.gradient_checkpointing, **device_args(config),
-        # The frozen base in bf16 halves its memory; only the small adapter trains.
-        model_init_kwargs={"dtype": "bfloat16" if config.bf16 else "float32"},
-    )
+    args = grpo_args(config, weights, checkpoints)
     with quiet_transformers():
         tokenizer = AutoTokenizer.from_pretrained(config.model)
         trainer = GRPOTrainer(
@@ -131,6 +121,25 @@ def train_grpo_policy(config: GRPOPolicyConfig, prompts: list[dict[str, Any]], r
         }, staging / "metrics.json")
     shutil.rmtree(checkpoints, ignore_errors=True)  # the finished adapter supersedes them
     return dir_artifact(out)
+
+
+def grpo_args(config: GRPOPolicyConfig, weights: Sequence[float], checkpoints: Path):
+    """TRL's GRPOConfig for `config`, checkpointing to `checkpoints`."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(checkpoints), learning_rate=config.learning_rate, max_steps=config.max_steps,
+        per_device_train_batch_size=config.batch_size, gradient_accumulation_steps=config.gradient_accumulation_steps,
+        num_generations=config.num_generations, max_completion_length=config.max_completion_length,
+        temperature=config.temperature, top_p=config.top_p, beta=config.beta, reward_weights=list(weights),
+        chat_template_kwargs=config.chat_template_kwargs, use_vllm=config.use_vllm, vllm_mode=config.vllm_mode,
+        vllm_gpu_memory_utilization=config.vllm_gpu_memory_utilization,
+        vllm_enable_sleep_mode=config.vllm_enable_sleep_mode, vllm_max_model_length=config.vllm_max_model_length,
+        save_strategy="steps", save_steps=config.save_steps, save_total_limit=1, logging_steps=1, report_to="none",
+        seed=config.seed, gradient_checkpointing=config.gradient_checkpointing, **device_args(config),
+        # The frozen base in bf16 halves its memory; only the small adapter trains.
+        model_init_kwargs={"dtype": "bfloat16" if config.bf16 else "float32"},
+    )
 
 
 def policy_backend(policy: GRPOPolicyConfig, adapter: Path | None = None) -> BackendConfig:

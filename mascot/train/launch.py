@@ -40,7 +40,10 @@ def launched(config: TrainerConfig, train: Callable[..., Any], *args: Any, **kwa
     """`train(*args, **kwargs)`, in this process, or in the processes of `config.accelerate_config` if it names one."""
     if config.accelerate_config is None:
         refuse_several_gpus(config, train.__name__)
-        return train(*args, **kwargs)  # a trainer returns None only in the later processes of a launch
+        from mascot.llm.transformers_backend import models_released
+
+        with models_released():  # the scorers and policy snapshots it loaded leave with it
+            return train(*args, **kwargs)  # a trainer returns None only in the later processes of a launch
     with tempfile.TemporaryDirectory(prefix="mascot-launch-") as folder:
         (Path(folder) / CALL).write_bytes(pickle.dumps((train, args, kwargs)))
         command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config.accelerate_config),
