@@ -280,8 +280,6 @@ def gpu_map_problems(document: YamlDocument, config: RunConfig, gpu_count: Calla
     validate with every GPU visible (CUDA_VISIBLE_DEVICES unset): the map numbers them as nvidia-smi does."""
     if config.gpus is None:
         return []
-    from mascot.torch_runtime import visible_gpu_count
-
     count = (gpu_count or visible_gpu_count)()
     return [document.problem(("gpus", *loc), f"GPU {gpu} does not exist here: this machine shows {count} GPU(s) "
                                              f"(0 to {count - 1})" if count else
@@ -323,6 +321,15 @@ def _cuda_problems(document: YamlDocument, config: RunConfig) -> list[Problem]:
     return [document.problem(loc, f"{reason}, and none is visible on this machine; set {fix} here, or check a config "
                                   "meant for another machine with mascot config validate --no-machine-checks")
             for loc, (reason, fix) in wants_cuda.items()]
+
+
+def visible_gpu_count() -> int:
+    """The CUDA GPUs this process sees (as mascot.torch_runtime's, which configs, at the bottom, do not import)."""
+    if not _cuda_visible():
+        return 0
+    import torch
+
+    return torch.cuda.device_count()
 
 
 def _cuda_visible() -> bool:

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from mascot import torch_runtime
-from mascot.config import load_config
+from mascot.config import load_config, loading
 from mascot.train import launch
 from mascot.train.runtime import TrainingSetupError, device_args, trainer_device
 
@@ -54,7 +54,7 @@ def _located(output: str, yaml_path: str) -> bool:
 
 
 def _fake_gpus(monkeypatch, count: int) -> None:
-    monkeypatch.setattr(torch_runtime, "visible_gpu_count", lambda: count)
+    monkeypatch.setattr(loading, "visible_gpu_count", lambda: count)
 
 
 def test_a_gpu_that_trains_and_serves_is_an_error_at_its_yaml_path(configs):
