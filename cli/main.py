@@ -2,6 +2,7 @@
 
     mascot init DIR                             the shipped profiles and rosters in DIR/configs (for an installed package)
     mascot config validate configs/tiny.yaml    check a config, roster, rubric or user-profile file
+    mascot plan --config configs/paper.yaml     requests, API cost, steps, GPU-hours and memory, before a run
     mascot data preview --config configs/tiny.yaml
     mascot models build --config configs/tiny.yaml
     mascot sample --config configs/tiny.yaml    K candidates per (context, persona)
@@ -32,6 +33,7 @@ import mascot
 from cli.chat import chat
 from cli.common import ConfigOption, console, errors, fail, load
 from cli.eval import eval_app
+from cli.plan import plan
 from cli.run import resume, run_app
 from cli.server import server_app
 from mascot.config import RunConfig, load_any
@@ -47,6 +49,7 @@ models_app = typer.Typer(help="Build and locate models.", no_args_is_help=True)
 app.add_typer(run_app, name="run")
 app.command("resume")(resume)
 app.command("chat")(chat)
+app.command("plan")(plan)
 app.add_typer(config_app, name="config")
 app.add_typer(data_app, name="data")
 app.add_typer(models_app, name="models")

@@ -18,6 +18,7 @@ from mascot.config.chat import ChatConfig
 from mascot.config.data import DataConfig
 from mascot.config.evaluation import EvalConfig
 from mascot.config.gpus import GpuMap
+from mascot.config.plan import PlanConfig
 from mascot.config.stage1 import BeforeAfterConfig, SpeakerConfig, Stage1Config
 from mascot.config.stage2 import DirectorConfig, DirectorDPOConfig, DirectorEvalConfig, Stage2Config
 from mascot.config.training import RewardModelConfig, SFTPolicyConfig, TrainerConfig
@@ -122,6 +123,7 @@ class RunConfig(Section):
     runner: RunnerConfig = Field(default_factory=RunnerConfig, description="Where the shards of a flow run run.")
     gpus: GpuMap | None = Field(default=None, description="Which GPUs train and which serve (deployments/README.md); "
                                 "left out: no check of the machine's GPUs beyond bf16's.")
+    plan: PlanConfig = Field(default_factory=PlanConfig, description="List prices and rates for `mascot plan`.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     cache: CacheConfig = Field(default_factory=CacheConfig)
 

@@ -1,0 +1,97 @@
+"""`mascot plan --config C`: what a run will ask for and cost, printed before it runs (`mascot.plan`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from cli.common import ConfigOption, console, fail
+
+
+def plan(config: ConfigOption,
+         gpu_memory_gb: Annotated[float, typer.Option(help="Memory of one training GPU, in GB (80: an H100; 141: "
+                                                      "an H200), for the colocated vLLM's share.")] = 80.0):
+    """Print the requests per backend and their tokens, the API judges' cost at the config's list prices
+    (plan.prices), the training steps, GPU-hours per stage (guessed rates unless plan.rates names measured ones)
+    and each training step's peak memory per GPU, counted on the meta device. Reads no corpus and downloads
+    nothing; the contexts are data.corpus.limit. The evaluation's requests are not counted yet."""
+    from mascot import plan as planning
+    from mascot.config import RunConfig
+    from mascot.roster import load_roster
+    from mascot.yamlio import ConfigError, YamlDocument, validate_document
+
+    try:
+        document = YamlDocument.read(config)
+        loaded = validate_document(document, RunConfig, context={"base_dir": Path(config).resolve().parent})
+        personas = len(load_roster(loaded.data.roster).active)
+        counts = planning.counts(loaded, personas)
+        rates = planning.load_rates(loaded.plan.rates)
+    except (ConfigError, planning.PlanError) as exc:
+        fail(f"{config}: cannot plan: {exc}")
+    except (OSError, ValueError) as exc:
+        fail(f"{config}: plan.rates {loaded.plan.rates} is not a JSON object of numbers: {exc}")
+    work = planning.requests(loaded, counts, rates)
+    steps = planning.training(loaded, counts)
+    console.print(f"[bold]{config}[/bold]: {counts.contexts:,} contexts ({counts.held_out:,} held out) x "
+                  f"{counts.personas} personas", highlight=False)
+    console.print(_requests_table(work))
+    console.print(_costs_table(planning.api_costs(work, loaded.plan.prices)))
+    console.print(_training_table(steps))
+    console.print(_hours_table(planning.gpu_hours(work, steps, rates), loaded.plan.rates))
+    console.print(_memory_table(planning.memory(loaded, gpu_memory_gb * 1e9), gpu_memory_gb))
+    console.print("Not counted: the evaluation's conversations and scoring (mascot run evaluate).", highlight=False)
+
+
+def _requests_table(work) -> Table:
+    table = Table(title="Requests", title_justify="left")
+    for column in ("stage", "step", "backend", "requests", "completions", "prompt tokens (est.)",
+                   "completion tokens (max)"):
+        table.add_column(column, justify="right" if column[0] in "rcp" and column != "stage" else "left")
+    for item in work:
+        table.add_row(item.stage, item.step, item.backend, f"{item.requests:,}", f"{item.completions:,}",
+                      f"{item.prompt_tokens:,}", f"{item.max_output_tokens:,}")
+    return table
+
+
+def _costs_table(costs: dict) -> Table:
+    table = Table(title="API cost at list price (completions at their max_new_tokens: an upper bound)",
+                  title_justify="left")
+    table.add_column("model")
+    table.add_column("USD", justify="right")
+    for model, cost in costs.items():
+        table.add_row(model, "no price in plan.prices" if cost is None else f"{cost:,.0f}")
+    return table
+
+
+def _training_table(steps) -> Table:
+    table = Table(title="Training steps", title_justify="left")
+    for column in ("stage", "trainer", "steps", "processes"):
+        table.add_column(column)
+    for step in steps:
+        table.add_row(step.stage, step.name, f"{'at most ' if step.upper_bound else ''}{step.steps:,}",
+                      str(step.processes))
+    return table
+
+
+def _hours_table(hours: dict, measured) -> Table:
+    source = f"rates measured in {measured}" if measured else "guessed rates (mascot.plan.GUESSED_RATES)"
+    table = Table(title=f"GPU-hours, from {source}", title_justify="left")
+    table.add_column("stage")
+    table.add_column("GPU-hours", justify="right")
+    for stage, value in hours.items():
+        table.add_row(stage, f"{value:,.1f}")
+    return table
+
+
+def _memory_table(rows, gpu_gb: float) -> Table:
+    table = Table(title=f"Peak memory per GPU of each training step, GB (of {gpu_gb:g}); without activations, "
+                        "logits and the CUDA context", title_justify="left")
+    for column in ("trainer", "trained (+grads, Adam)", "frozen base", "colocated vLLM", "scorers", "total"):
+        table.add_column(column, justify="left" if column == "trainer" else "right")
+    for row in rows:
+        table.add_row(row.name, *(f"{value / 1e9:.1f}" for value in (row.trained_bytes, row.frozen_bytes,
+                                                                    row.engine_bytes, row.scorer_bytes, row.total)))
+    return table
