@@ -57,8 +57,8 @@ def _requests_table(work) -> Table:
 
 
 def _costs_table(costs: dict) -> Table:
-    table = Table(title="API cost at list price (completions at their max_new_tokens: an upper bound)",
-                  title_justify="left")
+    console.print("API cost at list price (completions at their max_new_tokens: an upper bound)", highlight=False)
+    table = Table()
     table.add_column("model")
     table.add_column("USD", justify="right")
     for model, cost in costs.items():
@@ -78,7 +78,8 @@ def _training_table(steps) -> Table:
 
 def _hours_table(hours: dict, measured) -> Table:
     source = f"rates measured in {measured}" if measured else "guessed rates (mascot.plan.GUESSED_RATES)"
-    table = Table(title=f"GPU-hours, from {source}", title_justify="left")
+    console.print(f"GPU-hours, from {source}", highlight=False)
+    table = Table()
     table.add_column("stage")
     table.add_column("GPU-hours", justify="right")
     for stage, value in hours.items():
@@ -87,8 +88,9 @@ def _hours_table(hours: dict, measured) -> Table:
 
 
 def _memory_table(rows, gpu_gb: float) -> Table:
-    table = Table(title=f"Peak memory per GPU of each training step, GB (of {gpu_gb:g}); without activations, "
-                        "logits and the CUDA context", title_justify="left")
+    console.print(f"Peak memory per GPU of each training step, GB (of {gpu_gb:g}); without activations, logits and "
+                  "the CUDA context", highlight=False)
+    table = Table()
     for column in ("trainer", "trained (+grads, Adam)", "frozen base", "colocated vLLM", "scorers", "total"):
         table.add_column(column, justify="left" if column == "trainer" else "right")
     for row in rows:
