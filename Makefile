@@ -38,6 +38,7 @@ bench: $(STAMP) runs/tiny/eval/summary.json
 	$(BIN)/python benchmarks/chat.py runs/tiny
 	$(BIN)/python benchmarks/safety.py
 	$(BIN)/python benchmarks/learning.py
+	$(BIN)/python benchmarks/limits.py
 	-$(BIN)/python benchmarks/gpu_smoke.py
 
 runs/tiny/eval/summary.json:

@@ -88,24 +88,30 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
             contexts = steps.write_eval_contexts(config.data, stage1["contexts"], config.run.seed,
                                                  evaluation.out_of_domain, run.path("eval", "contexts.parquet"))
             ids = contexts.read_parquet()["context_id"].to_list()
-            size = evaluation.contexts_per_shard
-            shards = [steps.play_conversations.submit(
-                ConversationJob(system=setup, contexts=contexts, seeds=evaluation.seeds, blocks=evaluation.blocks,
-                                requests=config.cache.requests),
-                ids[i:i + size], run.shard("eval", f"conversations-{setup.name}", i // size))
-                for setup in setups for i in range(0, len(ids), size)]
-            played = steps.merge_conversations(completed(shards), run.path("eval", "conversations.parquet"))
-            artifacts |= {"eval/contexts": contexts, "eval/conversations": played}
-            run.record(artifacts)
-
             job = ScoringJob(
                 persona_panel=PanelSpec.load(evaluation.judges, evaluation.rubric or config.stage1.rubric),
                 group_panel=PanelSpec.load(evaluation.group_judges, evaluation.group_rubric or stage.rubric, "block"),
                 roster=roster, assistant=assistant, contexts=contexts,
                 seed=config.run.seed, requests=config.cache.requests,
                 max_judge_failure_rate=evaluation.max_judge_failure_rate)
-            judgments, scores = steps.score_conversations(job, played, run.path("eval", "judgments.parquet"),
-                                                          run.path("eval", "scores.parquet"))
+            # Each conversation shard is judged as soon as it is played, as Stage 1 judges its shards: a request
+            # that exhausts its retries fails one shard (its step retries from the request cache), not every
+            # request of the evaluation, and only the shards in flight hold rendered prompts.
+            size, shards, judged = evaluation.contexts_per_shard, [], []
+            for setup in setups:
+                for i in range(0, len(ids), size):
+                    shards.append(steps.play_conversations.submit(
+                        ConversationJob(system=setup, contexts=contexts, seeds=evaluation.seeds,
+                                        blocks=evaluation.blocks, requests=config.cache.requests),
+                        ids[i:i + size], run.shard("eval", f"conversations-{setup.name}", i // size)))
+                    judged.append(steps.judge_conversations.submit(
+                        job, shards[-1], run.shard("eval", f"judgments-{setup.name}", i // size)))
+            played = steps.merge_conversations(completed(shards), run.path("eval", "conversations.parquet"))
+            artifacts |= {"eval/contexts": contexts, "eval/conversations": played}
+            run.record(artifacts)
+            judgments = steps.merge_judgments(completed(judged), run.path("eval", "judgments.parquet"))
+            scores = steps.score_conversations(job, played, judgments, run.path("eval", "scores.parquet"))
+
             preferences = steps.judge_preferences(
                 PairwiseJob(judge=evaluation.pairwise, rubric=job.group_panel.rubric,
                             neutral_rubric=evaluation.neutral_rubric and load_rubric(evaluation.neutral_rubric),

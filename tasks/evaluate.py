@@ -51,8 +51,18 @@ def merge_conversations(shards: list[Artifact], out: Path) -> Artifact:
 
 
 @task(**CACHED, **REPORTED, **LLM_RETRIES)
-def score_conversations(job: ScoringJob, played: Artifact, judgments: Path, out: Path) -> tuple[Artifact, Artifact]:
-    return scoring.score_conversations(job, played, keyed(judgments), keyed(out))
+def judge_conversations(job: ScoringJob, played: Artifact, out: Path) -> Artifact:
+    return scoring.judge_conversations(job, played, keyed(out))
+
+
+@task(**CACHED, **REPORTED)
+def merge_judgments(shards: list[Artifact], out: Path) -> Artifact:
+    return merge_parquet(shards, keyed(out))
+
+
+@task(**CACHED, **REPORTED)
+def score_conversations(job: ScoringJob, played: Artifact, judgments: Artifact, out: Path) -> Artifact:
+    return scoring.score_conversations(job, played, judgments, keyed(out))
 
 
 @task(**CACHED, **REPORTED, **LLM_RETRIES)

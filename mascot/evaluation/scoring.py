@@ -36,6 +36,7 @@ from mascot.roster import Roster
 from mascot.rubrics import Rubric
 
 AUTOMATIC = "automatic"
+PERSONA, COLLECTIVE = "persona", "collective"
 # `n`: the items a judge scored (companion turns, or 1 conversation); `items`: the items there were to score, so a
 # judge that failed on one of them shows n < items and the conversation's panel is incomplete.
 SCORE_SCHEMA = {"system": pl.String, "context_id": pl.String, "seed": pl.Int64, "level": pl.String,
@@ -71,17 +72,27 @@ def turn_context(context: Context, roster: Roster, prior: list[Turn]) -> Context
     return context.model_copy(update={"history": [*context.history, *(message(t) for t in prior)]})
 
 
-def score_conversations(job: ScoringJob, conversations: Artifact, judgments_out: Path, out: Path,
-                        ) -> tuple[Artifact, Artifact]:
-    """Judge every companion turn and every conversation; write the judgments and the per-conversation scores."""
+def _played(conversations: Artifact) -> dict:
+    """Each conversation's (system, context id, seed, companion texts), by its conversation id."""
+    return {conversation_id(system, context_id, seed): (system, context_id, seed,
+                                                         [t.text for t in turns if t.role == "companion"])
+            for (system, context_id, seed), turns in read_conversations(conversations).items()}
+
+
+def judge_conversations(job: ScoringJob, conversations: Artifact, out: Path) -> Artifact:
+    """Judge every companion turn and every conversation of one shard of conversations; write the judgments.
+
+    A shard is one played conversation shard, judged as soon as it is played. So a request that exhausts its
+    retries fails (and cancels) one shard's requests, not the whole evaluation's, the step's retry resumes from
+    the request cache, and only the shards in flight hold rendered prompts.
+    """
     cache = shared_cache(job.requests)
     contexts = read_contexts(job.contexts)
-    turn_items, block_items, played = [], [], {}
+    turn_items, block_items = [], []
     for (system, context_id, seed), turns in read_conversations(conversations).items():
         context = contexts[context_id]
         roster = job.roster if SYSTEMS[system].group else job.assistant
         key = conversation_id(system, context_id, seed)
-        played[key] = (system, context_id, seed, [t.text for t in turns if t.role == "companion"])
         for index, turn in enumerate(turns):
             if turn.role == "companion":
                 turn_items.append(JudgeItem(f"{key}|t{index}", 0, turn_context(context, roster, turns[:index]),
@@ -90,26 +101,33 @@ def score_conversations(job: ScoringJob, conversations: Artifact, judgments_out:
 
     persona_judges, group_judges = make_panel(job.persona_panel, cache=cache), make_panel(job.group_panel, cache=cache)
     total = len(turn_items) * len(persona_judges.judges) + len(block_items) * len(group_judges.judges)
-    with shard_progress("judging conversations", total, cache_hits(cache)) as row, request_batch():
+    with shard_progress(f"judging {out.stem}", total, cache_hits(cache)) as row, request_batch():
         async def both():
             return await asyncio.gather(
                 persona_judges.judge_all(turn_items, job.seed, on_start=row.started, on_done=lambda _: row.finished()),
                 group_judges.judge_all(block_items, job.seed, on_start=row.started, on_done=lambda _: row.finished()))
 
         persona_judgments, group_judgments = asyncio.run(both())
-    persona = judgments_frame(persona_judgments, job.persona_panel.rubric).with_columns(level=pl.lit("persona"))
-    group = judgments_frame(group_judgments, job.group_panel.rubric).with_columns(level=pl.lit("collective"))
-    for frame in (persona, group):
-        check_failure_rate(frame, job.max_judge_failure_rate)
-    judgments = write_parquet(pl.concat([persona, group], how="diagonal"), judgments_out)
+    persona = judgments_frame(persona_judgments, job.persona_panel.rubric).with_columns(level=pl.lit(PERSONA))
+    group = judgments_frame(group_judgments, job.group_panel.rubric).with_columns(level=pl.lit(COLLECTIVE))
+    return write_parquet(pl.concat([persona, group], how="diagonal"), out)
 
-    rows = [*_judge_rows(persona, job.persona_panel.rubric, "persona", played),
-            *_judge_rows(group, job.group_panel.rubric, "collective", played)]
+
+def score_conversations(job: ScoringJob, conversations: Artifact, judgments: Artifact, out: Path) -> Artifact:
+    """The per-conversation scores from every shard's judgments (merged) and the automatic metrics; stops the run
+    when a level's judges failed more often than `job.max_judge_failure_rate`."""
+    frame, played = judgments.read_parquet(), _played(conversations)
+    persona, group = (frame.filter(pl.col("level") == level) for level in (PERSONA, COLLECTIVE))
+    for level in (persona, group):
+        check_failure_rate(level, job.max_judge_failure_rate)
+
+    rows = [*_judge_rows(persona, job.persona_panel.rubric, PERSONA, played),
+            *_judge_rows(group, job.group_panel.rubric, COLLECTIVE, played)]
     for system, context_id, seed, texts in played.values():
         rows += [{"system": system, "context_id": context_id, "seed": seed, "level": AUTOMATIC, "judge": AUTOMATIC,
                   "metric": metric, "value": value, "n": len(texts), "items": len(texts)}
                  for metric, value in automatic_metrics(texts).items()]
-    return judgments, write_parquet(pl.DataFrame(rows, schema=SCORE_SCHEMA), out)
+    return write_parquet(pl.DataFrame(rows, schema=SCORE_SCHEMA), out)
 
 
 def _judge_rows(frame: pl.DataFrame, rubric: Rubric, level: str, played: dict) -> list[dict]:

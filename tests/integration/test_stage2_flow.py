@@ -147,6 +147,12 @@ def test_stage2_over_http_survives_a_sigkill_resumes_without_paying_twice_and_tr
         evaluation_report_is_complete(root / "eval", systems=[*systems[:1], "mascot_dpo", *systems[1:]])
         sft = json.loads((root / "eval" / "sft" / "metrics.json").read_text())
         assert sft["method"] == "sft" and sft["training"]["examples"] > 0
+        # Scoring is sharded as playing is: one judging step per conversation shard, so one failed request stops
+        # its own shard's requests, not the evaluation's.
+        steps = root / "eval" / "steps"
+        played = {path.name.split("-0")[0].removeprefix("conversations-") for path in steps.glob("conversations-*-0*")}
+        judged = {path.name.split("-0")[0].removeprefix("judgments-") for path in steps.glob("judgments-*-0*")}
+        assert judged == played and len(list(steps.glob("judgments-*-0*"))) == len(list(steps.glob("conversations-*-0*")))
         run("run", "evaluate", "--config", str(config), "--run-name", "http", api=prefect_api)
         assert httpx.get(f"{chat}/stats").json()["requests"] == seen["requests"]  # a rerun asks nothing
 

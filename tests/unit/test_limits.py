@@ -107,6 +107,62 @@ def test_a_cancelled_waiter_gives_its_slot_back():
     asyncio.run(scenario())
 
 
+def test_cancelled_waiters_are_skipped_and_the_rest_keep_their_order():
+    limit, served = Limit(1), []
+
+    async def request(index: int) -> None:
+        async with limit.slot():
+            served.append(index)
+            await asyncio.sleep(0)
+
+    async def scenario() -> None:
+        await limit.acquire()
+        tasks = [asyncio.create_task(request(i)) for i in range(10)]
+        await asyncio.sleep(0.01)
+        assert limit.queued == 10
+        for index in (0, 3, 4, 9):  # the head of the queue, two in the middle and the tail
+            tasks[index].cancel()
+        await asyncio.sleep(0.01)
+        assert limit.queued == 6 and limit.held == 1
+        limit.release()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        assert limit.held == 0 and limit.queued == 0
+
+    asyncio.run(scenario())
+    assert served == [1, 2, 5, 6, 7, 8]
+
+
+def test_cancelling_a_long_queue_takes_linear_time_and_gives_back_its_memory():
+    """A failed shard's gather cancels every request still queued: tens of thousands. Each cancel is O(1) (marked,
+    skipped when popped), where a search and a re-heapify per cancel made the whole O(n^2): minutes at this size."""
+    limit, waiting = Limit(2), 40_000
+
+    async def scenario() -> float:
+        for _ in range(limit.size):
+            await limit.acquire()
+        waiters = [limit.acquire() for _ in range(waiting)]
+        for waiter in waiters:
+            waiter.send(None)  # runs up to its await: queued
+        assert limit.queued == waiting
+        began = time.perf_counter()
+        for waiter in waiters[:-1]:
+            with pytest.raises(asyncio.CancelledError):
+                waiter.throw(asyncio.CancelledError())
+        seconds = time.perf_counter() - began
+        assert limit.queued == 1 and len(limit._waiting) < waiting // 2  # cancelled waiters were swept out
+        limit.release()  # the one left gets the slot
+        await asyncio.sleep(0)  # the slot's hand-over (call_soon_threadsafe) runs
+        with pytest.raises(StopIteration):
+            waiters[-1].send(None)
+        for _ in range(limit.size):
+            limit.release()
+        return seconds
+
+    seconds = asyncio.run(scenario())
+    assert limit.held == 0 and not limit._waiting
+    assert seconds < 5, f"cancelling {waiting:,} queued waiters took {seconds:.1f} s"
+
+
 def test_shared_limits_are_one_per_key_and_size():
     assert shared_limit(("openai", "http://a", "m"), 4) is shared_limit(("openai", "http://a", "m"), 4)
     assert shared_limit(("openai", "http://a", "m"), 4) is not shared_limit(("openai", "http://b", "m"), 4)
