@@ -14,6 +14,10 @@ from mascot.yamlio import FieldError
 class SamplingParams(Section):
     temperature: float = Field(default=1.0, ge=0.0, le=2.0, description="Sampling temperature.")
     top_p: float = Field(default=0.95, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    top_k: int | None = Field(default=None, ge=1, description="Sample among the k likeliest tokens only (unset: all; "
+                              "sent to servers as vLLM's `top_k`).")
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0, description="Drop tokens less likely than min_p times "
+                                "the likeliest (unset: none; sent to servers as vLLM's `min_p`).")
     max_new_tokens: int = Field(default=256, ge=1, le=32768, description="Longest reply, in tokens.")
     stop: list[str] = Field(default_factory=list, description="Extra stop strings.")
     chat_template_kwargs: dict[str, Any] = Field(
@@ -58,6 +62,12 @@ class BackendConfig(Section):
                                              f"kind: {self.kind} cannot load one")
         if self.kind != "transformers" and "max_batch" in self.model_fields_set:
             raise FieldError("max_batch", f"'max_batch' is for kind: transformers; a {self.kind} server batches by itself")
+        vendor = self.kind in ("anthropic", "google") or (self.kind == "openai" and self.base_url is None)
+        for field in ("top_k", "min_p"):
+            if vendor and getattr(self.params, field) is not None:
+                raise FieldError(f"params.{field}", f"'{field}' is sent to OpenAI-compatible servers (vLLM, "
+                                 f"`transformers serve`) and used in this process; the {self.kind} vendor API does "
+                                 "not take it: leave it unset")
         if self.kind == "transformers":
             if self.base_url is not None:
                 raise FieldError("base_url", "'base_url' is for servers; kind: transformers runs the model in this process")

@@ -93,6 +93,10 @@ class GRPOPolicyConfig(TrainerConfig):
     max_completion_length: int = Field(default=256, ge=1, description="Longest completion, in tokens.")
     temperature: float = Field(default=1.0, gt=0, le=2.0, description="Sampling temperature of the rollouts.")
     top_p: float = Field(default=1.0, gt=0, le=1.0, description="Nucleus sampling mass of the rollouts.")
+    top_k: int | None = Field(default=None, ge=1, description="Sample the rollouts among the k likeliest tokens "
+                              "(unset: all), as the served candidates are sampled.")
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0, description="Drop rollout tokens less likely than "
+                                "min_p times the likeliest (unset: none).")
 
     # Parameters that control generation acceleration powered by vLLM
     use_vllm: bool = Field(default=False, description="Generate rollouts with vLLM (GPU, `serve` extra).")

@@ -323,7 +323,8 @@ class BatchedDecoder:
 
 
 def _sample(logits: Any, params: list[SamplingParams], generators: list[Any]) -> list[int]:
-    """One token per row of `logits`: greedy, or temperature then top-p, drawn with the row's own generator.
+    """One token per row of `logits`: greedy, or temperature, then top-k and min-p, then top-p, drawn with the
+    row's own generator (vLLM's order: top-p is taken of the mass that top-k and min-p leave).
 
     Top-p without a sort: a draw from the whole distribution is kept when the tokens more likely than
     it hold less than top_p of the mass, and drawn again otherwise, which samples the nucleus
@@ -339,7 +340,7 @@ def _sample(logits: Any, params: list[SamplingParams], generators: list[Any]) ->
         return tokens
     temperature = torch.tensor([p.temperature or 1.0 for p in params], device=device)
     top_p = torch.tensor([p.top_p for p in params], device=device)
-    probabilities = torch.softmax(logits / temperature[:, None], dim=-1)
+    probabilities = _top_k_min_p(torch.softmax(logits / temperature[:, None], dim=-1), params)
     cumulative = probabilities.cumsum(-1)
     while pending:
         if len(pending) == len(params):
@@ -357,6 +358,26 @@ def _sample(logits: Any, params: list[SamplingParams], generators: list[Any]) ->
                 tokens[row] = token
         pending = [row for row, keep in zip(pending, kept) if not keep]
     return tokens
+
+
+def _top_k_min_p(probabilities: Any, params: list[SamplingParams]) -> Any:
+    """`probabilities` with each row's tokens outside its top k, or below min_p times its likeliest, set to 0 (not
+    renormalised: the draws scale by the row's total). Both masks are of the same distribution, so their order does
+    not matter; tokens tied with the k-th are kept, as vLLM keeps them."""
+    import torch
+
+    if all(p.top_k is None and p.min_p is None for p in params):
+        return probabilities
+    vocabulary = probabilities.shape[-1]
+    keep = torch.ones_like(probabilities, dtype=torch.bool)
+    ks = [min(p.top_k or vocabulary, vocabulary) for p in params]
+    if min(ks) < vocabulary:
+        largest = probabilities.topk(max(ks), dim=-1).values
+        kth = largest.gather(-1, torch.tensor(ks, device=probabilities.device)[:, None] - 1)
+        keep &= probabilities >= kth
+    min_p = torch.tensor([p.min_p or 0.0 for p in params], device=probabilities.device, dtype=probabilities.dtype)
+    keep &= probabilities >= min_p[:, None] * probabilities.max(-1, keepdim=True).values
+    return probabilities * keep
 
 
 def _settle(future: concurrent.futures.Future, result: Any = None, exception: BaseException | None = None) -> None:

@@ -62,7 +62,8 @@ def describe_request(
         "model": model,
         "adapter": adapter,
         "messages": normalize_messages(messages),
-        "params": params.model_dump(mode="json"),
+        # An unset sampling parameter (None) is left out, so adding one keeps the keys of earlier records.
+        "params": params.model_dump(mode="json", exclude_none=True),
         "n": n,
         "seed": seed,
         "response_format": response_format,

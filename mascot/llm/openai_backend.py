@@ -143,8 +143,13 @@ class OpenAIBackend(RemoteBackend):
             request["stop"] = list(params.stop)
         if response_format is not None:
             request["response_format"] = response_format
-        if params.chat_template_kwargs:  # vLLM and `transformers serve` read it from the request body
-            request["extra_body"] = {"chat_template_kwargs": params.chat_template_kwargs}
+        # Fields beyond OpenAI's own, which vLLM and `transformers serve` read from the request body; each only
+        # when set. Unset, the server's default applies: the whole vocabulary under `vllm serve --generation-config
+        # vllm`, as in TRL and in this process (without it, the model's generation_config.json: Qwen3's top_k 20).
+        extra = {"chat_template_kwargs": params.chat_template_kwargs, "top_k": params.top_k, "min_p": params.min_p}
+        extra = {name: value for name, value in extra.items() if value not in (None, {})}
+        if extra:
+            request["extra_body"] = extra
         return request
 
     @contextlib.contextmanager

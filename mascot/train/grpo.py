@@ -91,7 +91,7 @@ def train_grpo_policy(config: GRPOPolicyConfig, prompts: list[dict[str, Any]], r
         raise ValueError(f"{len(rewards)} reward functions but {len(weights)} weights")
     if config.use_vllm:
         _require_vllm()
-    args = grpo_args(config, weights, checkpoints)
+    args = grpo_args(config, checkpoints, weights)
     with quiet_transformers():
         tokenizer = AutoTokenizer.from_pretrained(config.model)
         trainer = GRPOTrainer(
@@ -123,15 +123,17 @@ def train_grpo_policy(config: GRPOPolicyConfig, prompts: list[dict[str, Any]], r
     return dir_artifact(out)
 
 
-def grpo_args(config: GRPOPolicyConfig, weights: Sequence[float], checkpoints: Path):
-    """TRL's GRPOConfig for `config`, checkpointing to `checkpoints`."""
+def grpo_args(config: GRPOPolicyConfig, checkpoints: Path, weights: Sequence[float]) -> Any:
+    """TRL's GRPOConfig for `config`, checkpointing to `checkpoints`. Its rollouts sample as the served candidates and
+    the in-process backend do: the same temperature, top-p, top-k and min-p (TRL's top_k 0 is its 'all tokens')."""
     from trl import GRPOConfig
 
     return GRPOConfig(
         output_dir=str(checkpoints), learning_rate=config.learning_rate, max_steps=config.max_steps,
         per_device_train_batch_size=config.batch_size, gradient_accumulation_steps=config.gradient_accumulation_steps,
         num_generations=config.num_generations, max_completion_length=config.max_completion_length,
-        temperature=config.temperature, top_p=config.top_p, beta=config.beta, reward_weights=list(weights),
+        temperature=config.temperature, top_p=config.top_p, top_k=config.top_k or 0, min_p=config.min_p,
+        beta=config.beta, reward_weights=list(weights),
         chat_template_kwargs=config.chat_template_kwargs, use_vllm=config.use_vllm, vllm_mode=config.vllm_mode,
         vllm_gpu_memory_utilization=config.vllm_gpu_memory_utilization,
         vllm_enable_sleep_mode=config.vllm_enable_sleep_mode, vllm_max_model_length=config.vllm_max_model_length,
@@ -144,7 +146,7 @@ def grpo_args(config: GRPOPolicyConfig, weights: Sequence[float], checkpoints: P
 
 def policy_backend(policy: GRPOPolicyConfig, adapter: Path | None = None) -> BackendConfig:
     """The policy's base model in this process, sampling as GRPO's rollouts did; with `adapter`, the trained one."""
-    params = SamplingParams(temperature=policy.temperature, top_p=policy.top_p,
+    params = SamplingParams(temperature=policy.temperature, top_p=policy.top_p, top_k=policy.top_k, min_p=policy.min_p,
                             max_new_tokens=policy.max_completion_length,
                             chat_template_kwargs=policy.chat_template_kwargs)
     return BackendConfig(kind="transformers", model=policy.model, adapter=adapter, device=trainer_device(policy),

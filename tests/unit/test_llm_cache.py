@@ -54,6 +54,8 @@ def test_key_is_stable_and_ignores_message_form_and_dict_order():
     {"n": 4},
     {"params": SamplingParams(temperature=0.7)},
     {"params": SamplingParams(stop=["\n\n"])},
+    {"params": SamplingParams(top_k=20)},
+    {"params": SamplingParams(min_p=0.05)},
     {"model": "Qwen/Qwen3-0.6B"},
     {"kind": "transformers"},
     {"adapter": "/adapters/speaker"},

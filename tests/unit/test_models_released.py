@@ -70,10 +70,10 @@ def test_a_model_loaded_before_the_step_stays_and_the_cuda_cache_is_emptied(tiny
 def test_trls_vllm_memory_settings_reach_the_grpo_config(tmp_path, tiny_config):
     speaker = tiny_config.train.speaker.model_copy(update={
         "vllm_gpu_memory_utilization": 0.45, "vllm_enable_sleep_mode": True, "vllm_max_model_length": 3072})
-    args = grpo_args(speaker, [1.0, 0.5, 0.5], tmp_path / "checkpoints")
+    args = grpo_args(speaker, tmp_path / "checkpoints", [1.0, 0.5, 0.5])
     assert args.vllm_gpu_memory_utilization == 0.45
     assert args.vllm_enable_sleep_mode is True
     assert args.vllm_max_model_length == 3072
-    default = grpo_args(tiny_config.train.speaker, [1.0, 0.5, 0.5], tmp_path / "checkpoints")
+    default = grpo_args(tiny_config.train.speaker, tmp_path / "checkpoints", [1.0, 0.5, 0.5])
     assert (default.vllm_gpu_memory_utilization, default.vllm_enable_sleep_mode, default.vllm_max_model_length) == (
         0.3, False, None)

@@ -122,6 +122,20 @@ def test_asks_for_n_in_one_request_with_all_sampling_fields(fake):
     assert body["n"] == 4 and body["seed"] == 11 and body["model"] == "served-model"
     assert (body["temperature"], body["top_p"], body["max_tokens"], body["stop"]) == (0.8, 0.9, 32, ["END"])
     assert body["messages"] == MESSAGES and "response_format" not in body
+    # Unset, top_k and min_p are not sent: the server's default applies (vLLM's own under --generation-config vllm)
+    assert "top_k" not in body and "min_p" not in body
+
+
+def test_top_k_and_min_p_reach_the_server_in_the_request_body(fake):
+    """As vLLM reads them: top-level fields of the body (the SDK's extra_body), beside chat_template_kwargs."""
+    behaviour, url = fake
+    params = PARAMS.model_copy(update={"top_k": 20, "min_p": 0.05, "chat_template_kwargs": {"enable_thinking": False}})
+    asyncio.run(make(url).generate(MESSAGES, 2, params, seed=3))
+    body = behaviour.bodies[0]
+    assert (body["temperature"], body["top_p"], body["top_k"], body["min_p"]) == (0.8, 0.9, 20, 0.05)
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+
+
 
 
 def test_tops_up_with_derived_seeds_when_the_server_ignores_n(fake):
