@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlparse
 
 from pydantic import Field, model_validator
 
@@ -43,7 +45,11 @@ class BackendConfig(Section):
     max_batch: int = Field(default=32, ge=1, description="transformers backend: the most sequences decoded together "
                            "in one forward pass (a request asks for n); 1 decodes one sequence at a time.")
     timeout_s: float = Field(default=120.0, gt=0, description="Per-request timeout in seconds.")
-    max_retries: int = Field(default=4, ge=0, description="Retries with exponential backoff per request.")
+    max_retries: int = Field(default=4, ge=0, description="Retries per request of a failure that may pass (a refused "
+                             "connection, a timeout, 5xx), with exponential backoff or the server's Retry-After.")
+    retry_budget_s: float = Field(default=600.0, gt=0, description="openai: the most seconds a request may spend "
+                                  "retrying from its first try; a rate limit (429) is retried however many times "
+                                  "within it, waiting what Retry-After says.")
     device: Device = Field(default="auto", description="transformers backend: 'auto', 'cpu', 'cuda', 'cuda:1'...")
     params: SamplingParams = Field(default_factory=SamplingParams, description="Default sampling parameters.")
     load_adapter: bool = Field(
@@ -62,7 +68,9 @@ class BackendConfig(Section):
                                              f"kind: {self.kind} cannot load one")
         if self.kind != "transformers" and "max_batch" in self.model_fields_set:
             raise FieldError("max_batch", f"'max_batch' is for kind: transformers; a {self.kind} server batches by itself")
-        vendor = self.kind in ("anthropic", "google") or (self.kind == "openai" and self.base_url is None)
+        vendor = self.is_vendor_api or self.kind in ("anthropic", "google")
+        if self.is_vendor_api and (pinned := moving_alias_problem(self.kind, self.model)):
+            raise FieldError("model", pinned)
         for field in ("top_k", "min_p"):
             if vendor and getattr(self.params, field) is not None:
                 raise FieldError(f"params.{field}", f"'{field}' is sent to OpenAI-compatible servers (vLLM, "
@@ -79,6 +87,37 @@ class BackendConfig(Section):
             raise FieldError("adapter", "'adapter' is only used with kind: transformers; serve adapters with vLLM "
                                         "--lora-modules, or let the flow load a trained role's (load_adapter: true)")
         return self
+
+
+    @property
+    def is_vendor_api(self) -> bool:
+        """Whether requests go to the vendor's own API (OpenAI, Anthropic, Google), not a server of the run's."""
+        if self.kind == "transformers":
+            return False
+        if self.base_url is None:
+            return True
+        host = (urlparse(str(self.base_url)).hostname or "").lower()
+        return any(host == domain or host.endswith("." + domain) for domain in VENDOR_DOMAINS[self.kind])
+
+
+# The vendors' APIs; a base_url elsewhere is a server of the run's own (vLLM, a proxy, a loopback test).
+VENDOR_DOMAINS = {"openai": ("openai.com",), "anthropic": ("anthropic.com",), "google": ("googleapis.com",)}
+# A vendor's model name that stays one model: OpenAI's dated snapshots (gpt-4o-2024-08-06), Anthropic's
+# (claude-sonnet-4-5-20250929), Google's numbered versions (gemini-2.0-flash-001).
+PINNED = {"openai": re.compile(r"-\d{4}-\d{2}-\d{2}$"), "anthropic": re.compile(r"-\d{8}$"),
+          "google": re.compile(r"-\d{3}$")}
+PINNED_EXAMPLE = {"openai": "gpt-4o-2024-08-06", "anthropic": "claude-sonnet-4-5-20250929",
+                  "google": "gemini-2.0-flash-001"}
+
+
+def moving_alias_problem(kind: str, model: str) -> str | None:
+    """Why a vendor API's `model` will not do, or None: an alias (gpt-4o) moves to new weights when the vendor
+    says, while the request cache keys on the name, so a record of one model would answer for another."""
+    if PINNED[kind].search(model):
+        return None
+    return (f"'{model}' is a moving alias: the {kind} API moves it to newer weights, and the request cache keys "
+            f"on the name, so earlier records would answer for another model. Name a pinned snapshot, for example "
+            f"'{PINNED_EXAMPLE[kind]}'")
 
 
 class JudgeConfig(Section):

@@ -32,6 +32,7 @@ def make_backend(config: BackendConfig, *, cache: RequestCache | None = None) ->
             max_concurrency=config.max_concurrency,
             timeout_s=config.timeout_s,
             max_retries=config.max_retries,
+            retry_budget_s=config.retry_budget_s,
         )
         # The served adapter's content, in every request's cache key (mascot.llm.served_adapters).
         backend.adapter_fingerprint = config.adapter_sha256
@@ -57,6 +58,7 @@ def _vendor_backend(config: BackendConfig) -> LLMBackend:
         "max_concurrency": config.max_concurrency,
         "timeout_s": config.timeout_s,
         "max_retries": config.max_retries,
+        "retry_budget_s": config.retry_budget_s,
     }
     if config.kind == "anthropic":
         from mascot.llm.anthropic_backend import AnthropicBackend

@@ -1,8 +1,10 @@
 """Backend for OpenAI-compatible chat-completion servers: vLLM, OpenAI, `transformers serve`.
 
-Retries use the `openai` client's own: exponential backoff with jitter (0.5 s doubling up to
-8 s, or the server's Retry-After), on connection errors, timeouts, 408, 409, 429 and 5xx; never
-on other 4xx answers, which retrying cannot fix.
+Retries are this package's (`mascot.llm.retries`), not the `openai` client's: on connection errors, timeouts,
+408, 409 and 5xx at most `max_retries`, and on a rate limit (429) as many as the request's time budget
+(`retry_budget_s`) allows, each wait what the server's Retry-After says (seconds or an HTTP date), else
+exponential backoff with jitter; never on other 4xx answers, which retrying cannot fix. A request holds its
+slot of the concurrency limit while it waits, so a rate-limited server is not sent more meanwhile.
 
 All `n` candidates are asked for in one request. Servers that return fewer choices
 (`transformers serve` ignores `n` and answers with one) are topped up with one request per
@@ -19,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import TypeVar
 
 import httpx
 import openai
@@ -35,11 +38,13 @@ from mascot.llm.base import (
     truncate_at_stop,
 )
 from mascot.llm.remote import RemoteBackend
+from mascot.llm.retries import RATE_LIMITED, RetryClock
 from mascot.llm.streaming import ReplyDeltas
 
 log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = {408, 409, 429}
+T = TypeVar("T")
 
 
 class OpenAIBackend(RemoteBackend):
@@ -61,7 +66,7 @@ class OpenAIBackend(RemoteBackend):
             api_key=self._api_key(),
             base_url=self.endpoint,  # explicit, so an OPENAI_BASE_URL variable cannot redirect it silently
             timeout=self.timeout_s,
-            max_retries=self.max_retries,
+            max_retries=0,  # retried by `_retried`, with a budget in time (mascot.llm.retries)
             http_client=http_client,
         )
         return (client,)
@@ -96,9 +101,10 @@ class OpenAIBackend(RemoteBackend):
     ) -> list[str]:
         """One chat-completion call; returns the choices' texts in index order (maybe fewer than n)."""
         (client,) = self._loop_state()
+        body, clock = self._body(chat, n, params, seed, response_format), RetryClock(self.retry_policy)
         async with self._limit().slot():
-            with self._translated_errors():
-                completion = await client.chat.completions.create(**self._body(chat, n, params, seed, response_format))
+            with self._translated_errors(clock):
+                completion = await self._retried(clock, lambda: client.chat.completions.create(**body))
         self.calls_made += 1
         texts = []
         for choice in sorted(completion.choices or [], key=lambda c: c.index):
@@ -115,10 +121,10 @@ class OpenAIBackend(RemoteBackend):
         (`mascot.llm.streaming`). Closing the stream closes the connection, and the server stops decoding."""
         (client,) = self._loop_state()
         raw, deltas = "", ReplyDeltas(params.stop)
+        body, clock = self._body(normalize_messages(messages), 1, params, seed, None), RetryClock(self.retry_policy)
         async with self._limit().slot():
-            with self._translated_errors():
-                chunks = await client.chat.completions.create(**self._body(normalize_messages(messages), 1, params,
-                                                                           seed, None), stream=True)
+            with self._translated_errors(clock):
+                chunks = await self._retried(clock, lambda: client.chat.completions.create(**body, stream=True))
                 async with chunks:
                     async for chunk in chunks:
                         raw += "".join(choice.delta.content or "" for choice in chunk.choices if choice.index == 0)
@@ -152,31 +158,52 @@ class OpenAIBackend(RemoteBackend):
             request["extra_body"] = extra
         return request
 
+    @staticmethod
+    async def _retried(clock: RetryClock, call: Callable[[], Awaitable[T]]) -> T:
+        """`call()`, tried again after each failure that may pass, as long as `clock`'s policy allows."""
+        while True:
+            try:
+                return await call()
+            except (openai.APIConnectionError, openai.APIStatusError) as exc:  # timeouts are connection errors
+                status = getattr(exc, "status_code", None)
+                if status is not None and status not in RETRYABLE_STATUS and status < 500:
+                    raise  # a refusal that retrying cannot fix
+                wait = clock.next_wait(status, exc.response.headers if status is not None else None)
+                if wait is None:
+                    raise
+                await asyncio.sleep(wait)
+
     @contextlib.contextmanager
-    def _translated_errors(self) -> Iterator[None]:
-        """The SDK's errors, after its own retries, as this package's: unavailable (retryable) or refused."""
+    def _translated_errors(self, clock: RetryClock) -> Iterator[None]:
+        """The SDK's errors, after the retries `clock` made, as this package's: unavailable (retryable) or refused."""
         try:
             yield
         except openai.APITimeoutError as exc:
-            raise BackendUnavailable(self._unavailable_message(f"no answer within {self.timeout_s:g} s")) from exc
+            raise BackendUnavailable(self._unavailable_message(clock, f"no answer within {self.timeout_s:g} s")) from exc
         except openai.APIConnectionError as exc:
-            raise BackendUnavailable(self._unavailable_message(f"connection failed: {exc.__cause__ or exc}")) from exc
+            raise BackendUnavailable(self._unavailable_message(
+                clock, f"connection failed: {exc.__cause__ or exc}")) from exc
         except openai.APIStatusError as exc:
             if exc.status_code in RETRYABLE_STATUS or exc.status_code >= 500:
                 raise BackendUnavailable(self._unavailable_message(
-                    f"HTTP {exc.status_code}: {_server_detail(exc)}")) from exc
+                    clock, f"HTTP {exc.status_code}: {_server_detail(exc)}", exc.status_code)) from exc
             raise BackendRequestError(
                 f"{self.url} refused the request for model {self.model!r}: "
                 f"HTTP {exc.status_code}: {_server_detail(exc)}"
             ) from exc
         except httpx.TransportError as exc:  # a stream cut off after its first bytes: the SDK does not wrap it
-            raise BackendUnavailable(self._unavailable_message(f"the stream broke off: {exc}")) from exc
+            raise BackendUnavailable(self._unavailable_message(clock, f"the stream broke off: {exc}")) from exc
 
-    def _unavailable_message(self, reason: str) -> str:
+    def _unavailable_message(self, clock: RetryClock, reason: str, status: int | None = None) -> str:
+        tried = f"after {clock.retries} retries in {clock.elapsed_s:.1f} s"
+        if status == RATE_LIMITED:
+            return (f"{self.url} kept rate-limiting model {self.model!r} {tried} ({reason}), the request's retry "
+                    f"budget being {self.retry_policy.budget_s:g} s: raise the backend's retry_budget_s, lower its "
+                    "max_concurrency, or move to a higher rate-limit tier")
         return (
-            f"the OpenAI-compatible server at {self.url} is unavailable after {self.max_retries} "
-            f"retries ({reason}). Is it running? Start one with `vllm serve {self.model}` or "
-            f"`transformers serve {self.model}`, and check that generation.base_url points at it."
+            f"the OpenAI-compatible server at {self.url} is unavailable {tried} ({reason}). Is it running? Start "
+            f"one with `vllm serve {self.model}` or `transformers serve {self.model}`, and check that "
+            "generation.base_url points at it."
         )
 
 

@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 
 from mascot.llm.base import MissingAPIKey
 from mascot.llm.limits import Limit, shared_limit
+from mascot.llm.retries import RetryPolicy
 from mascot.redaction import redact, redact_url
 
 # Servers other than the vendor's (vLLM, proxies, loopback tests) accept any key; clients insist on one.
@@ -40,6 +41,7 @@ class RemoteBackend:
         max_concurrency: int = 16,
         timeout_s: float = 120.0,
         max_retries: int = 4,
+        retry_budget_s: float = 600.0,
     ):
         self.model = model
         self.base_url = base_url
@@ -47,11 +49,16 @@ class RemoteBackend:
         self.max_concurrency = max_concurrency
         self.timeout_s = timeout_s
         self.max_retries = max_retries
+        self.retry_budget_s = retry_budget_s
         self.requests_sent = 0  # HTTP requests, retries included: what the server sees
         self.calls_made = 0  # successful API calls
         self.empty_replies = 0  # replies without text
         self._api_key()  # fail now, not at the first request, when the key is missing
         self._per_loop: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(max_retries=self.max_retries, budget_s=self.retry_budget_s)
 
     @property
     def endpoint(self) -> str:

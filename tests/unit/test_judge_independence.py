@@ -38,11 +38,11 @@ def lines(judges: dict) -> list[str]:
 def test_the_paper_profiles_pairwise_judge_is_independent_and_their_panels_are_said_to_be_shared(profile):
     judges = judges_of(load_config(REPO / "configs" / profile))
     assert judges["pairwise"] not in judges["shared_with_training"]
-    assert {e["model"] for e in judges["shared_models"]} == {"gpt-4o", "gemma-3-27b-it", "phi-4"}
-    gpt = next(e for e in judges["shared_models"] if e["model"] == "gpt-4o")
+    assert {e["model"] for e in judges["shared_models"]} == {"gpt-4o-2024-08-06", "gemma-3-27b-it", "phi-4"}
+    gpt = next(e for e in judges["shared_models"] if e["model"] == "gpt-4o-2024-08-06")
     assert gpt["roles"] == ["persona", "collective"] and "stage1 'gpt-4o'" in gpt["training"]
     [warning] = [line for line in lines(judges) if WARNING in line]
-    assert "gpt-4o (model gpt-4o, persona and collective; in training as stage1 'gpt-4o', stage2 'gpt-4o')" in warning
+    assert "gpt-4o (model gpt-4o-2024-08-06, persona and collective; in training as stage1 'gpt-4o', stage2 'gpt-4o')" in warning
 
 
 def test_a_renamed_or_moved_training_judge_is_still_found_and_a_namesake_of_another_model_is_not():
@@ -53,12 +53,12 @@ def test_a_renamed_or_moved_training_judge_is_still_found_and_a_namesake_of_anot
     assert judges_of(config)["shared_with_training"] == []
     assert not [line for line in lines(judges_of(config)) if WARNING in line], "no warning where no judge is shared"
 
-    renamed = judges_of(with_pairwise(config, name="fresh-eyes", backend={"kind": "openai", "model": "gpt-4o"}))
+    renamed = judges_of(with_pairwise(config, name="fresh-eyes", backend={"kind": "openai", "model": "gpt-4o-2024-08-06"}))
     assert renamed["shared_with_training"] == ["fresh-eyes"]
-    assert renamed["shared_models"][0] | {"training": None} == {"judge": "fresh-eyes", "model": "gpt-4o",
+    assert renamed["shared_models"][0] | {"training": None} == {"judge": "fresh-eyes", "model": "gpt-4o-2024-08-06",
                                                                 "roles": ["pairwise"], "training": None}
     [warning] = [line for line in lines(renamed) if WARNING in line]
-    assert "fresh-eyes (model gpt-4o, pairwise; in training as stage1 'gpt-4o', stage2 'gpt-4o')" in warning
+    assert "fresh-eyes (model gpt-4o-2024-08-06, pairwise; in training as stage1 'gpt-4o', stage2 'gpt-4o')" in warning
 
     # Gemma without its hub organisation, served from another address: the same model.
     moved = judges_of(with_pairwise(config, name="g", backend={"kind": "openai", "model": "Gemma-3-27B-IT",
@@ -66,7 +66,7 @@ def test_a_renamed_or_moved_training_judge_is_still_found_and_a_namesake_of_anot
     assert moved["shared_with_training"] == ["g"] and moved["shared_models"][0]["model"] == "gemma-3-27b-it"
 
     # A judge named like a training judge, but another model: not shared.
-    namesake = judges_of(with_pairwise(config, name="gpt-4o", backend={"kind": "openai", "model": "o3-mini"}))
+    namesake = judges_of(with_pairwise(config, name="gpt-4o", backend={"kind": "openai", "model": "o3-mini-2025-01-31"}))
     assert namesake["shared_with_training"] == []
 
 

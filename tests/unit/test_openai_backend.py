@@ -8,6 +8,7 @@ import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import uvicorn
@@ -37,6 +38,8 @@ class ServerBehaviour:
     max_choices: int | None = None  # answer with at most this many choices (None: honour n)
     fail_first: int = 0  # answer the first requests with this status...
     fail_status: int = 503
+    fail_headers: dict = field(default_factory=lambda: {"retry-after-ms": "10"})
+    arrivals: list[float] = field(default_factory=list)  # time.monotonic() of every request
     delay_s: float = 0.0
     null_content: bool = False
     bodies: list[dict] = field(default_factory=list)
@@ -57,10 +60,11 @@ def build_app(behaviour: ServerBehaviour) -> FastAPI:
     async def chat_completions(request: Request):
         body = await request.json()
         behaviour.bodies.append(body)
+        behaviour.arrivals.append(time.monotonic())
         if len(behaviour.bodies) <= behaviour.fail_first:
             # retry-after-ms keeps the client's backoff short in tests; the client honours it.
             return JSONResponse({"error": {"message": "server busy"}}, status_code=behaviour.fail_status,
-                                headers={"retry-after-ms": "10"})
+                                headers=behaviour.fail_headers)
         behaviour.in_flight += 1
         behaviour.max_in_flight = max(behaviour.max_in_flight, behaviour.in_flight)
         try:
@@ -136,8 +140,6 @@ def test_top_k_and_min_p_reach_the_server_in_the_request_body(fake):
     assert body["chat_template_kwargs"] == {"enable_thinking": False}
 
 
-
-
 def test_tops_up_with_derived_seeds_when_the_server_ignores_n(fake):
     behaviour, url = fake
     behaviour.max_choices = 1  # what `transformers serve` does
@@ -177,6 +179,53 @@ def test_gives_up_after_the_retries_with_backend_unavailable(fake):
         asyncio.run(backend.generate(MESSAGES, 1, PARAMS, seed=0))
     assert url in str(caught.value)
     assert len(behaviour.bodies) == 3  # one try and two retries
+
+
+def test_a_rate_limit_is_retried_past_max_retries_while_the_time_budget_lasts(fake):
+    """Sustained 429s are the API's way of saying 'later': a count of retries would fail the run, a budget in
+    time waits as long as it was given."""
+    behaviour, url = fake
+    behaviour.fail_first, behaviour.fail_status, behaviour.fail_headers = 6, 429, {"retry-after": "0"}
+    backend = make(url, max_retries=1, retry_budget_s=30)
+    assert len(asyncio.run(backend.generate(MESSAGES, 1, PARAMS, seed=0))) == 1
+    assert len(behaviour.bodies) == 7 and backend.requests_sent == 7  # six 429s, then the answer
+
+
+@pytest.mark.parametrize("header", ["seconds", "http-date"])
+def test_retry_after_is_waited_in_seconds_or_as_an_http_date(fake, header):
+    from email.utils import format_datetime
+
+    behaviour, url = fake
+    # An HTTP date has whole seconds, so 2 s ahead is a wait of more than 1 s and at most 2 s.
+    value = "1" if header == "seconds" else format_datetime(datetime.now(UTC) + timedelta(seconds=2),
+                                                             usegmt=True)
+    behaviour.fail_first, behaviour.fail_status, behaviour.fail_headers = 1, 429, {"retry-after": value}
+    asyncio.run(make(url, max_retries=0, retry_budget_s=30).generate(MESSAGES, 1, PARAMS, seed=0))
+    assert len(behaviour.arrivals) == 2
+    assert 0.95 <= behaviour.arrivals[1] - behaviour.arrivals[0] < 2.9
+
+
+def test_a_rate_limit_past_the_budget_fails_with_the_time_it_had(fake):
+    behaviour, url = fake
+    behaviour.fail_first, behaviour.fail_status, behaviour.fail_headers = 100, 429, {"retry-after": "1"}
+    backend = make(url, max_retries=0, retry_budget_s=2.5)
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailable, match=r"kept rate-limiting .* after 2 retries in 2\.\d s .*HTTP 429.*"
+                                                 r"retry budget being 2.5 s: raise the backend's retry_budget_s"):
+        asyncio.run(backend.generate(MESSAGES, 1, PARAMS, seed=0))
+    # tries at 0, 1 and 2 s; a third wait would end at 3 s, past the budget, so it is not waited
+    assert len(behaviour.bodies) == 3 and time.monotonic() - started < 2.9
+
+
+def test_retry_after_is_read_as_seconds_milliseconds_or_an_http_date():
+    from mascot.llm.retries import retry_after_s
+
+    now = datetime(2026, 12, 6, 5, 0, 0, tzinfo=UTC)
+    assert retry_after_s({"retry-after": "7"}, now) == 7.0
+    assert retry_after_s({"retry-after-ms": "250", "retry-after": "7"}, now) == 0.25
+    assert retry_after_s({"retry-after": "Sun, 06 Dec 2026 05:00:30 GMT"}, now) == 30.0
+    assert retry_after_s({"retry-after": "Sun, 06 Dec 2026 04:59:00 GMT"}, now) == 0.0  # already past
+    assert retry_after_s({"retry-after": "soon"}, now) is None and retry_after_s({}, now) is None
 
 
 def test_client_errors_are_not_retried(fake):
@@ -265,3 +314,16 @@ def test_cached_requests_skip_the_server_and_never_store_the_key(fake, tmp_path,
         assert b"sk-never-on-disk" not in file.read_bytes()
     with sqlite3.connect(tmp_path / "requests.sqlite") as connection:
         assert "sk-never-on-disk" not in str(connection.execute("SELECT * FROM requests").fetchall())
+
+
+def test_only_the_vendors_apis_need_a_pinned_snapshot():
+    """A server of the run's own names its model as it was started; the vendors' aliases move under the cache."""
+    from mascot.config.backends import moving_alias_problem
+
+    assert BackendConfig(kind="openai", model="gpt-4o", base_url="http://127.0.0.1:8000/v1").model == "gpt-4o"
+    assert BackendConfig(kind="openai", model="gpt-4o-2024-08-06").model == "gpt-4o-2024-08-06"
+    with pytest.raises(ValueError, match="moving alias"):
+        BackendConfig(kind="openai", model="gpt-4o", base_url="https://api.openai.com/v1")
+    assert moving_alias_problem("anthropic", "claude-sonnet-4-5-20250929") is None
+    assert moving_alias_problem("google", "gemini-2.0-flash-001") is None
+    assert "moving alias" in moving_alias_problem("google", "gemini-2.5-pro-latest")
