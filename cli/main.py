@@ -4,6 +4,7 @@
     mascot config validate configs/tiny.yaml    check a config, roster, rubric or user-profile file
     mascot plan --config configs/paper.yaml     requests, API cost, steps, GPU-hours and memory, before a run
     mascot data preview --config configs/tiny.yaml
+    mascot data fetch --config configs/paper.yaml   download the corpora a config names, checked and resumable
     mascot models build --config configs/tiny.yaml
     mascot sample --config configs/tiny.yaml    K candidates per (context, persona)
     mascot run stage1 --config configs/tiny.yaml    pairs, persona reward model, GRPO Speaker
@@ -37,6 +38,7 @@ from cli.plan import plan
 from cli.run import resume, run_app
 from cli.server import server_app
 from mascot.config import RunConfig, load_any
+from mascot.data.sources import corpus_route
 from mascot.roster import Roster, UserProfiles
 from mascot.rubrics import Rubric
 from mascot.yamlio import ConfigError, YamlDocument
@@ -44,7 +46,7 @@ from mascot.yamlio import ConfigError, YamlDocument
 app = typer.Typer(help="MASCOT: train and evaluate multi-agent companion groups.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
 config_app = typer.Typer(help="Check configuration files.", no_args_is_help=True)
-data_app = typer.Typer(help="Inspect corpora.", no_args_is_help=True)
+data_app = typer.Typer(help="Download and inspect corpora.", no_args_is_help=True)
 models_app = typer.Typer(help="Build and locate models.", no_args_is_help=True)
 app.add_typer(run_app, name="run")
 app.command("resume")(resume)
@@ -134,10 +136,10 @@ def _summary(loaded: RunConfig | Roster | Rubric | UserProfiles) -> Table:
     corpus = c.data.corpus
     table.add_row("run", f"{c.run.name} -> {c.run_dir} (seed {c.run.seed})")
     table.add_row("domain", f"{c.data.domain}, roster {c.data.roster.name}")
-    table.add_row("corpus", f"{corpus.source} {corpus.split} from {corpus.path or corpus.hub_name}"
-                  + (f", limit {corpus.limit}" if corpus.limit else ""))
+    # One line per corpus, saying whether it is read from release files or the hub's parquet conversion.
+    table.add_row("corpus", corpus_route(corpus) + (f", limit {corpus.limit}" if corpus.limit else ""))
     for held in c.data.held_out:
-        table.add_row("held out", f"{held.source} {held.split} from {held.path or held.hub_name}")
+        table.add_row("held out", corpus_route(held))
     table.add_row("held-out share", f"{c.data.held_out_fraction:.0%} of the contexts, kept out of all training")
     g = c.generation
     table.add_row("generation", f"{g.kind} {g.model}" + (f" at {g.base_url}" if g.base_url else ""))
@@ -188,6 +190,60 @@ def data_preview(
                                                  ("meeting", context.meeting_type)] if v)
         lines = [f"[bold]{escape(m.name or m.role)}[/bold]: {escape(m.content)}" for m in context.history]
         console.print(Panel("\n".join(lines), title=Text(f"{context.id} ({tags})"), title_align="left"))
+
+
+@data_app.command("fetch")
+def data_fetch(config: ConfigOption):
+    """Download every corpus the config names (release files) into the folders it names, checked and resumable.
+
+    Each file is checked against its size and SHA-256: the publisher's where one is published, else
+    the ones the first fetch recorded in mascot-data.lock.json beside the data. A download that stops
+    keeps its .partial and the next fetch resumes it; a file that fails its check is moved to
+    .rejected. Corpora read from the Hugging Face Hub need no fetch. MASCOT_DATA_URL_<SOURCE> (for
+    example MASCOT_DATA_URL_ESCONV) replaces a corpus's base URL with a mirror's.
+    """
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    from mascot.data.fetch import FetchError, fetch_corpus
+    from mascot.data.sources import corpus_route
+
+    run = _load_for_fetch(config)
+    corpora = [run.data.corpus, *run.data.held_out]
+    seen: set[tuple[str, str]] = set()
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  console=console, transient=True) as progress:
+        tasks: dict = {}
+
+        def on_progress(path, done, total):
+            if path not in tasks:
+                tasks[path] = progress.add_task(path.name.removesuffix(".partial"), total=total)
+            progress.update(tasks[path], completed=done, total=total)
+
+        for corpus in corpora:
+            if corpus.hub_name is not None or (corpus.source, str(corpus.path)) in seen:
+                if corpus.hub_name is not None:
+                    console.print(Text(f"{corpus_route(corpus)}: nothing to fetch"))
+                continue
+            seen.add((corpus.source, str(corpus.path)))
+            try:
+                fetched = fetch_corpus(corpus, on_progress=on_progress)
+            except FetchError as exc:
+                fail(exc, code=1)
+            for item in fetched:
+                console.print(Text(f"{item.action:>10}  {item.path}  {item.size} bytes  sha256 {item.sha256[:16]}... "
+                                   f"(checked against: {item.checked_against})"), soft_wrap=True)
+
+
+def _load_for_fetch(config: Path) -> RunConfig:
+    """The config, checked as `validate` does except for the corpora that this command is about to download."""
+    from mascot.chat.safety import load_rules
+    from mascot.config import load_config
+    from mascot.judges.panel import judge_rubric_problem
+
+    try:
+        return load_config(config, rubric_problem=judge_rubric_problem, safety_rules=load_rules, check_corpora=False)
+    except ConfigError as exc:
+        fail(f"{config} is not valid\n{exc}")
 
 
 @models_app.command("build")

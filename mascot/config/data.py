@@ -15,7 +15,7 @@ CORPUS_DOMAIN = {"empathetic_dialogues": "emotional_support", "esconv": "emotion
 class CorpusConfig(Section):
     source: Literal["empathetic_dialogues", "qmsum", "esconv"] = Field(description="Which corpus loader to use.")
     path: ConfigPath | None = Field(default=None, description="Local file or folder in the corpus's release format.")
-    hub_name: str | None = Field(default=None, description="Hugging Face dataset name (needs network access).")
+    hub_name: str | None = Field(default=None, description="Hugging Face dataset name, read from the hub's parquet conversion (network).")
     split: Literal["train", "validation", "test"] = Field(default="train", description="Corpus split to read.")
     limit: int | None = Field(default=None, ge=1, description="Keep at most this many contexts (seeded subsample).")
     window_turns: int = Field(default=16, ge=2, description="QMSum: turns per meeting window.")

@@ -47,17 +47,18 @@ SYSTEM_NEEDS = {"mascot_dpo": ("director_dpo", "director_dpo", "the DPO Director
 
 
 def load_config(path: str | Path, *, check_machine: bool = False, rubric_problem: RubricProblem | None = None,
-                safety_rules: RulesLoader | None = None) -> RunConfig:
+                safety_rules: RulesLoader | None = None, check_corpora: bool = True) -> RunConfig:
     """Validate a run config and the files it points at; raise ConfigError listing every problem.
 
     With `check_machine`, also check that this machine can run it (a CUDA GPU where bf16 is on). With
     `rubric_problem`, also check that every judge can score its stage's rubric (the CLI and the Stage 1
     flow pass `mascot.judges.panel.judge_rubric_problem`, so Stage 2's judges are checked before Stage 1 runs).
     With `safety_rules` (`mascot.chat.safety.load_rules`), also load chat.safety.rules as the chat will.
+    `check_corpora=False` accepts corpora that are not downloaded yet: `mascot data fetch` downloads them.
     """
     document = YamlDocument.read(path)
     config = validate_document(document, RunConfig, context={"base_dir": Path(path).resolve().parent})
-    problems = file_problems(document, config, rubric_problem, safety_rules)
+    problems = file_problems(document, config, rubric_problem, safety_rules, check_corpora=check_corpora)
     if check_machine:
         problems += machine_problems(document, config)
     if problems:
@@ -80,7 +81,7 @@ def load_any(path: str | Path, *, check_machine: bool = False, rubric_problem: R
 
 
 def file_problems(document: YamlDocument, config: RunConfig, rubric_problem: RubricProblem | None = None,
-                  safety_rules: RulesLoader | None = None) -> list[Problem]:
+                  safety_rules: RulesLoader | None = None, *, check_corpora: bool = True) -> list[Problem]:
     problems: list[Problem] = []
     domain = config.data.domain
     roster = _load(problems, document, ("data", "roster"), config.data.roster, load_roster)
@@ -118,7 +119,7 @@ def file_problems(document: YamlDocument, config: RunConfig, rubric_problem: Rub
                                              "folder (adapter_config.json and the weights)"))
     for loc, corpus in [(("data", "corpus"), config.data.corpus),
                         *((("data", "held_out", i), c) for i, c in enumerate(config.data.held_out))]:
-        problem = _corpus_problem(document, (*loc, "path"), corpus)
+        problem = _corpus_problem(document, (*loc, "path"), corpus) if check_corpora else None
         if problem is not None:
             problems.append(problem)
     return problems
@@ -364,5 +365,5 @@ def _corpus_problem(document: YamlDocument, loc: tuple, corpus: CorpusConfig) ->
     if corpus.path is None or corpus.path.exists():
         return None
     return document.problem(loc, f"the {corpus.source} corpus is not downloaded: {corpus.path} does not exist. "
-                                 f"Get it from {CORPUS_HOMES[corpus.source]} and put it there, or point this path "
-                                 "at your copy")
+                                 f"Run `mascot data fetch --config {document.path}`, or get it from "
+                                 f"{CORPUS_HOMES[corpus.source]} and put it there, or point this path at your copy")

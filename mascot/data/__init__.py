@@ -21,6 +21,7 @@ from mascot.data.esconv import load_esconv
 from mascot.data.qmsum import contexts_from_meetings as _qmsum_from_meetings
 from mascot.data.qmsum import load_qmsum
 from mascot.data.sampling import ensure_unique_ids, subsample
+from mascot.data.sources import HUB_PARQUET_REVISION
 
 if TYPE_CHECKING:
     from mascot.config import CorpusConfig
@@ -82,7 +83,8 @@ def load_contexts(
     Args:
         source: one of `SOURCES`.
         path: a local file or directory in the corpus's release layout. Exactly one of `path`/`hub_name`.
-        hub_name: a Hugging Face Hub dataset name, loaded with `datasets.load_dataset` (needs network).
+        hub_name: a Hugging Face Hub dataset name; its parquet conversion is loaded with `datasets.load_dataset`
+            (needs network).
         split: train / validation (alias valid, val, dev) / test. Default: test for esconv, else train.
         limit: keep this many contexts, chosen reproducibly by `seed`; None or more than exist keeps all.
         seed: the subsampling seed.
@@ -144,13 +146,15 @@ def _load_hub_rows(hub_name: str, split: Split) -> tuple[list[Mapping[str, Any]]
     failures = []
     for name in _HUB_SPLIT_NAMES[split]:
         try:
-            dataset = datasets.load_dataset(hub_name, split=name)
+            # The parquet conversion, not the main branch: datasets >= 4 refuses a dataset whose main branch
+            # is a loading script (facebook/empathetic_dialogues is one), and the conversion is plain parquet.
+            dataset = datasets.load_dataset(hub_name, split=name, revision=HUB_PARQUET_REVISION)
         except Exception as error:  # noqa: BLE001 - re-raised below with every attempt listed
             failures.append(f"split {name!r}: {type(error).__name__}: {error}")
             continue
-        return [dict(row) for row in dataset], f"hf://{hub_name}[{name}]"
+        return [dict(row) for row in dataset], f"hf://{hub_name}@{HUB_PARQUET_REVISION}[{name}]"
     raise RuntimeError(
         f"could not load {hub_name!r} from the Hugging Face Hub ({'; '.join(failures)}). "
         "The hub may be unreachable from this machine (offline or blocked); download the corpus and "
-        "pass its local path with `path=` instead."
+        "pass its local path with `path=` instead (`mascot data fetch --config C` downloads the release files)."
     )

@@ -340,18 +340,51 @@ def test_tiny_config_is_valid():
     assert "ok" in result.output and "K=8" in result.output
 
 
-def test_paper_config_is_valid_once_esconv_is_downloaded(workdir):
+def test_paper_config_is_valid_once_its_corpora_are_downloaded(workdir):
     args = ["config", "validate", str(workdir / "paper.yaml"), "--no-machine-checks"]
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
     assert _located(result.output, "paper.yaml", "data.held_out[0].path")
+    assert _located(result.output, "paper.yaml", "data.corpus.path")
     assert "esconv corpus is not downloaded" in result.output and "github.com/thu-coai" in result.output
+    assert "mascot data fetch --config" in result.output
     esconv = workdir.parent / "data" / "esconv" / "ESConv.json"
     esconv.parent.mkdir(parents=True)
     esconv.write_text("[]")
+    (workdir.parent / "data" / "empathetic_dialogues").mkdir()
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "K=8" in result.output and "r=16" in result.output and "phi-4" in result.output
+
+
+def test_validate_says_for_each_corpus_whether_release_files_or_the_hubs_parquet_conversion_are_read(workdir):
+    (workdir.parent / "data" / "esconv").mkdir(parents=True)
+    (workdir.parent / "data" / "esconv" / "ESConv.json").write_text("[]")
+    (workdir.parent / "data" / "empathetic_dialogues").mkdir()
+    result = runner.invoke(app, ["config", "validate", str(workdir / "paper.yaml"), "--no-machine-checks"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())  # the summary table wraps long values onto the lines below
+    assert re.search(r"corpus empathetic_dialogues train: release files at \S+,? read by the release-format loader "
+                     r"\(`mascot data fetch` downloads empatheticdialogues.tar.gz\) held out esconv test: release "
+                     r"files at \S+,? read by the release-format loader", text), text
+
+    data = _yaml(workdir / "paper.yaml")
+    data["data"]["corpus"] = {"source": "empathetic_dialogues", "hub_name": "facebook/empathetic_dialogues"}
+    result = runner.invoke(app, ["config", "validate", str(_write(workdir, "hub.yaml", data)), "--no-machine-checks"])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 0, result.output
+    assert ("corpus empathetic_dialogues train: the Hugging Face Hub's parquet conversion of "
+            "facebook/empathetic_dialogues (revision refs/convert/parquet), read by datasets held out esconv") in text
+
+
+def _give_paper_its_corpora(workdir: Path, data: dict) -> None:
+    """Stand-ins for the paper profile's downloaded corpora (an ED folder, an ESConv file) beside the config."""
+    (workdir / "esconv.json").write_text("[]")
+    (workdir / "ed").mkdir(exist_ok=True)
+    if "path" in data["data"]["held_out"][0]:
+        data["data"]["held_out"][0]["path"] = "esconv.json"
+    if "path" in data["data"]["corpus"]:
+        data["data"]["corpus"]["path"] = "ed"
 
 
 def test_bf16_needs_a_gpu_on_the_machine_that_validates(workdir):
@@ -360,8 +393,7 @@ def test_bf16_needs_a_gpu_on_the_machine_that_validates(workdir):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     data = _yaml(workdir / "paper.yaml")
-    (workdir / "esconv.json").write_text("[]")
-    data["data"]["held_out"][0]["path"] = "esconv.json"
+    _give_paper_its_corpora(workdir, data)
     path = _write(workdir, "paper-here.yaml", data)
     _check(path, ["6 problem(s)", "train.persona_rm.bf16: bf16 needs a CUDA GPU, and none is visible",
                   "train.speaker.bf16", "train.group_rm.bf16", "train.director.bf16", "train.director_dpo.bf16", "train.sft.bf16",
@@ -410,9 +442,8 @@ def test_shipped_rosters_rubrics_and_users_are_valid():
 @pytest.mark.parametrize("case, name, mutation, fragments", BROKEN_CONFIGS, ids=[c[0] for c in BROKEN_CONFIGS])
 def test_broken_config(workdir, case, name, mutation, fragments):
     data = _set(_yaml(workdir / name), *mutation)
-    if name == "paper.yaml":  # give the paper profile its held-out file so only the mutation is wrong
-        (workdir / "esconv.json").write_text("[]")
-        data["data"]["held_out"][0]["path"] = "esconv.json"
+    if name == "paper.yaml":  # give the paper profile its corpora so only the mutation is wrong
+        _give_paper_its_corpora(workdir, data)
     path = _write(workdir, f"broken-{case}.yaml", data)
     _check(path, fragments, "--no-machine-checks")
     output = runner.invoke(app, ["config", "validate", str(path), "--no-machine-checks"]).output
@@ -570,10 +601,11 @@ def test_the_tiny_profiles_of_both_domains_validate_with_stage2(profile):
 
 
 def test_the_paper_profiles_of_both_domains_validate_but_for_their_corpora(workdir):
-    for profile, corpus in (("paper.yaml", "esconv"), ("paper_meetings.yaml", "qmsum")):
+    for profile, corpora in (("paper.yaml", ("empathetic_dialogues", "esconv")), ("paper_meetings.yaml", ("qmsum",))):
         result = runner.invoke(app, ["config", "validate", str(workdir / profile), "--no-machine-checks"])
         problems = result.output.splitlines()[1:]
-        assert problems and all(f"the {corpus} corpus is not downloaded" in line for line in problems), result.output
+        assert problems and all(any(f"the {corpus} corpus is not downloaded" in line for corpus in corpora)
+                                for line in problems), result.output
 
 
 def _one_persona_roster(workdir: Path) -> str:

@@ -739,13 +739,14 @@ def test_hub_rows_use_the_same_parsers(monkeypatch):
     rows = _csv_as_conversation_rows()
     calls = []
 
-    def fake_load_dataset(name, split):
-        calls.append(split)
+    def fake_load_dataset(name, split, revision="main"):
+        calls.append((split, revision))
         if split != "valid":
             raise ValueError(f"Unknown split {split!r}")
         return rows
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     contexts = load_contexts("empathetic_dialogues", hub_name="someone/ed_llm", split="validation", limit=5)
-    assert calls == ["validation", "valid"]
+    # The hub's parquet conversion, which datasets >= 4 reads even where the main branch is a loading script.
+    assert calls == [("validation", "refs/convert/parquet"), ("valid", "refs/convert/parquet")]
     assert len(contexts) == 5 and all(c.split == "validation" for c in contexts)
