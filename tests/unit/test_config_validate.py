@@ -365,7 +365,7 @@ def test_validate_says_for_each_corpus_whether_release_files_or_the_hubs_parquet
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())  # the summary table wraps long values onto the lines below
     assert re.search(r"corpus empathetic_dialogues train: release files at \S+,? read by the release-format loader "
-                     r"\(`mascot data fetch` downloads empatheticdialogues.tar.gz\) held out esconv test: release "
+                     r"\(`mascot data fetch` downloads empatheticdialogues.tar.gz\)(, limit \d+)? held out esconv test: release "
                      r"files at \S+,? read by the release-format loader", text), text
 
     data = _yaml(workdir / "paper.yaml")

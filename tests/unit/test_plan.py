@@ -79,8 +79,8 @@ def test_the_api_judges_cost_at_the_configs_list_price():
     #   Stage 1 judging   48,000 x (1,200 x 2.5 + 768 x 10) / 1e6 = 144 + 368.64
     #   before/after       1,200 x (1,200 x 2.5 + 768 x 10) / 1e6 = 3.6 + 9.216
     #   group judging      8,000 x (2,500 x 2.5 + 768 x 10) / 1e6 = 50 + 61.44
-    assert plan.api_costs(work, config.plan.prices) == {"gpt-4o": pytest.approx(636.896)}
-    assert plan.api_costs(work, {}) == {"gpt-4o": None}
+    assert plan.api_costs(work, config.plan.prices) == {"gpt-4o-2024-08-06": pytest.approx(636.896)}
+    assert plan.api_costs(work, {}) == {"gpt-4o-2024-08-06": None}
 
 
 def test_parameters_and_memory_are_counted_on_the_meta_device():
