@@ -13,7 +13,7 @@ MASCOT = str(Path(sys.executable).parent / "mascot")
 # Tests pin the tiny models' warm start (today the demo's too), so that a longer one for the demo
 # does not slow them down. conftest's `tiny_models` builds them once per session with these steps,
 # and every config written here names the same build.
-TEST_WARM_START = 300
+TEST_WARM_START = 600
 
 
 def write_config(folder: Path, name: str = "stage1", cache_dir: Path | None = None, train: dict | None = None,

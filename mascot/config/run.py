@@ -63,7 +63,7 @@ class TinyModelSpec(Section):
     num_attention_heads: int = Field(default=4, ge=1, description="Query heads.")
     num_key_value_heads: int = Field(default=2, ge=1, description="Key/value heads (grouped-query attention).")
     max_position_embeddings: int = Field(default=2048, ge=64, description="Longest sequence.")
-    warm_start_steps: int = Field(default=300, ge=0, description="Language-model steps on the sample dialogues.")
+    warm_start_steps: int = Field(default=600, ge=0, description="Language-model steps on the sample dialogues.")
     seed: int = Field(default=0, ge=0, description="Seed for weight initialisation and the warm-start batch order.")
 
     @model_validator(mode="after")

@@ -24,15 +24,18 @@ import os
 import re
 import shutil
 import tempfile
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 from mascot.config import SAMPLES_DIR, TINY_MODELS, RunConfig, TinyModelSpec
 from mascot.data import load_contexts
 from mascot.dialogue.directives import director_messages
-from mascot.dialogue.turns import Turn, opening_turns
+from mascot.dialogue.turns import Directive, Turn, opening_turns
 from mascot.prompts import TEMPLATES_DIR, speaker_messages
-from mascot.roster import Roster, load_roster
+from mascot.roster import Persona, Roster, load_roster
 from mascot.torch_runtime import quiet_transformers, require_torch
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
@@ -51,6 +54,9 @@ ROSTERS_DIR = Path(__file__).resolve().parents[1] / "profiles" / "rosters"
 STAGE2_TRAINERS = ("group_rm", "director", "director_dpo", "sft")  # sft: the evaluation's, after Stage 2
 # The templates the warm start renders (`speaker_messages`, `director_messages`): the tokenizer also reads them raw.
 WARM_START_TEMPLATES = ("speaker.j2", "director.j2")
+# Lines in each persona's voice (text the project writes for the warm start), and the instruction that asks for a question.
+VOICES = Path(__file__).with_name("tiny_voices.yaml")
+QUESTION_INSTRUCTION = "Ask one short question."
 
 
 @dataclass(frozen=True)
@@ -155,11 +161,13 @@ class Example:
 
     messages: list[dict]
     learn_prompt: bool
+    directive: bool = False  # a Director's prompt answered by a directive: half of every warm-start batch
 
 
 def _training_examples() -> list[Example]:
-    """Stage 1-shaped examples: a persona's speaker prompt, the context, then a real next turn; and
-    Stage 2-shaped ones: the Director's prompt over the context, then a directive.
+    """Stage 1-shaped examples: a persona's speaker prompt, the context, then a real next turn; the same prompts
+    answered in the persona's voice (`VOICES`), with and without a directive; and Stage 2-shaped ones: the
+    Director's prompt over the context, then a directive.
 
     A Speaker example is learned whole: its context is the dialogue text whose register the model
     samples. A directive example is learned on its directive only: the Director's prompt is a long
@@ -168,47 +176,73 @@ def _training_examples() -> list[Example]:
 
     Empathetic Dialogues contexts are answered by the listener turn that followed them; a meeting
     window is answered by its own last turn. Personas take turns in roster order, so the tiny model
-    sees every persona prompt and learns which domain's register follows which prompt.
+    sees every persona prompt and learns which domain's register follows which prompt. The voice examples
+    stand in for an instruction-tuned model: after a persona's prompt it answers in that persona's words, and
+    after a directive that asks for one short question it asks one.
     """
     rosters = {roster.domain: roster for roster in map(load_roster, sorted(ROSTERS_DIR.glob("*.yaml")))}
     missing = {"emotional_support", "meetings"} - set(rosters)
     if missing:
         raise FileNotFoundError(f"tiny models are built from the rosters in {ROSTERS_DIR}, which lacks a roster "
                                 f"for {sorted(missing)}; run from a clone of the repository")
-    examples = []
+    voices = yaml.safe_load(VOICES.read_text(encoding="utf-8"))
+    examples, directives = [], Counter()  # directives: how many directive examples each domain has so far
     for source, folder in WARM_START_CORPORA:
         for index, context in enumerate(load_contexts(source, SAMPLES_DIR / folder, split="train")):
-            personas = rosters[context.domain].active
+            roster = rosters[context.domain]
+            personas = roster.active
             history, reply = context.history, context.metadata.get("reference_response")
             if reply is None:
                 history, reply = history[:-1], history[-1].content
             if not history:
                 continue
-            prompt = speaker_messages(personas[index % len(personas)], context.model_copy(update={"history": history}))
+            context = context.model_copy(update={"history": history})
+            prompt = speaker_messages(personas[index % len(personas)], context)
             examples.append(Example([*prompt, {"role": "assistant", "content": reply}], learn_prompt=True))
+            # One in the voice of the next persona, so every persona's voice is taught equally often.
+            voice = personas[(index + 1) % len(personas)]
+            if voice.id in voices:
+                examples.append(_voice_example(voice, context, voices[voice.id], index // len(personas)))
             # Directive-shaped examples over the opening and over the opening and a companion's reply, as
             # an episode's states look. A meeting window gives more: also over its shorter prefixes, each
             # twice, since the sample meetings are few, their prompts long and their persona ids long.
-            roster, opening = rosters[context.domain], opening_turns(context.model_copy(update={"history": history}))
-            speaker = personas[index % len(personas)].id
-            states = [opening, [*opening, Turn(speaker, reply)]]
+            opening = opening_turns(context)
+            states = [opening, [*opening, Turn(personas[index % len(personas)].id, reply)]]
             if context.domain == "meetings":
                 states = [*states, *(opening[:cut] for cut in range(2, len(opening), 3))] * 2
-            examples += [Example(_directive_example(roster, turns, index + k), learn_prompt=False)
-                         for k, turns in enumerate(states)]
+            for turns in states:
+                examples.append(Example(_directive_example(roster, turns, directives[context.domain]),
+                                        learn_prompt=False, directive=True))
+                directives[context.domain] += 1
     return examples
 
 
-def _directive_example(roster: Roster, turns: list[Turn], index: int) -> list[dict]:
-    """The Director's prompt over some turns, answered by a directive-shaped JSON line: a persona of the
-    roster and the first clause of one of its style rules as the instruction. Only the shape is taught;
-    which persona fits which moment is left for Stage 2's training to find, so the choice here cycles."""
+def _instruction(persona: Persona, round: int) -> str:
+    """The first clause of one of the persona's style rules: a directive's instruction is one short sentence."""
+    return re.split(r"[;,:]", persona.style_rules[round % len(persona.style_rules)])[0].strip().rstrip(".") + "."
+
+
+def _voice_example(persona: Persona, context, lines: dict[str, list[str]], round: int) -> Example:
+    """The persona's prompt answered by one of its voice lines, the `round`-th time its voice is taught: without
+    a directive, with one of its own instructions, or with the instruction to ask one short question (then the
+    line is a question), in turn."""
+    kind = round % 3
+    directive = None if kind == 0 else Directive(
+        next_speaker=persona.id, instruction=QUESTION_INSTRUCTION if kind == 2 else _instruction(persona, round))
+    pool = lines["questions" if kind == 2 else "statements"]
+    reply = pool[(round // 3) % len(pool)]
+    return Example([*speaker_messages(persona, context, directive), {"role": "assistant", "content": reply}],
+                   learn_prompt=False)
+
+
+def _directive_example(roster: Roster, turns: list[Turn], count: int) -> list[dict]:
+    """The Director's prompt over some turns, answered by a directive-shaped JSON line: the `count`-th directive
+    example of the domain names the personas in turn, so each is named equally often, with the first clause of
+    one of its style rules as the instruction. Only the shape is taught; which persona fits which moment is left
+    for Stage 2's training to find."""
     personas = roster.active
-    persona = personas[(index // 2 + index) % len(personas)]
-    # The first clause of one of its style rules: directive instructions are one short sentence.
-    rule = re.split(r"[;,:]", persona.style_rules[index % len(persona.style_rules)])[0].strip().rstrip(".") + "."
-    tone = None if index % 3 else persona.role
-    directive = json.dumps({"next_speaker": persona.id, "instruction": rule, "tone": tone})
+    persona, round = personas[count % len(personas)], count // len(personas)
+    directive = json.dumps({"next_speaker": persona.id, "instruction": _instruction(persona, round)})
     return [*director_messages(roster, turns), {"role": "assistant", "content": directive}]
 
 
@@ -282,6 +316,7 @@ def _warm_start(model, tokenizer, examples: list[Example], spec: TinyModelSpec, 
         prompt = 0 if example.learn_prompt else len(tokenizer.apply_chat_template(
             example.messages[:-1], tokenize=True, return_dict=False, add_generation_prompt=True))
         unlearned.append(max(prompt - max(len(ids) - max_len, 0), 0))
+    pools = [[i for i, example in enumerate(examples) if example.directive == kind] for kind in (True, False)]
     generator = torch.Generator().manual_seed(spec.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=3e-3, total_steps=spec.warm_start_steps)
@@ -289,7 +324,11 @@ def _warm_start(model, tokenizer, examples: list[Example], spec: TinyModelSpec, 
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task("warm-starting tiny LM", total=spec.warm_start_steps)
         for _ in range(spec.warm_start_steps):
-            batch_ids = torch.randperm(len(sequences), generator=generator)[:8].tolist()
+            # Half of every batch is directive examples, whatever their share of the examples: the directive's JSON
+            # is the one exact format the tiny model must write, and the voice examples crowded it out otherwise
+            # (88% of the Director's samples invalid at 300 steps, against 5% at 600 with half batches).
+            batch_ids = [pool[i] for pool in pools
+                         for i in torch.randint(len(pool), (4,), generator=generator).tolist()]
             batch = torch.nn.utils.rnn.pad_sequence([sequences[i] for i in batch_ids], batch_first=True,
                                                     padding_value=tokenizer.pad_token_id)
             attention = (batch != tokenizer.pad_token_id).long()

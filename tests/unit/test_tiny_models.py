@@ -132,3 +132,22 @@ def test_key_covers_only_the_text_the_models_are_trained_on(tmp_path, monkeypatc
     train = samples / "empathetic_dialogues" / "train.csv"
     train.write_text(train.read_text().replace("That's wonderful! How long", "That's great! How long", 1))
     assert input_hash(QUICK) != key
+
+
+@pytest.mark.parametrize("roster", ["emotional_support", "meetings"])
+def test_every_persona_is_the_untrained_directors_choice_often_enough_to_learn_from(tiny_models, tiny_config, roster):
+    """The warm-started Director names every persona in at least 10% of its valid directives at the training
+    contexts' openings: a persona it never names gives GRPO no sample to reward, so no Director could learn to
+    choose it. (An invalid directive is no choice: the fallback speaks, at random.)"""
+    from collections import Counter
+
+    from mascot.known_optima.director_grpo import check_policy, director_world, sample_speakers
+
+    team = load_roster(tiny_config.data.roster.parent / f"{roster}.yaml")
+    world = director_world(team, {"emotional_support": "empathetic_dialogues", "meetings": "qmsum"}[roster])
+    policy = check_policy(tiny_config.train.director, tiny_models.lm, steps=1)
+    named = Counter(speaker for speakers in sample_speakers(policy, None, world, world.training[:40], 8, seed=0).values()
+                    for speaker in speakers if speaker is not None)
+    valid = sum(named.values())
+    assert valid >= 40, named  # enough valid directives to tell a share of 10% from none
+    assert all(named[p.id] / valid >= 0.10 for p in team.active), named
