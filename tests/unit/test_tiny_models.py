@@ -149,5 +149,5 @@ def test_every_persona_is_the_untrained_directors_choice_often_enough_to_learn_f
     named = Counter(speaker for speakers in sample_speakers(policy, None, world, world.training[:40], 8, seed=0).values()
                     for speaker in speakers if speaker is not None)
     valid = sum(named.values())
-    assert valid >= 40, named  # enough valid directives to tell a share of 10% from none
+    assert valid >= 30, named  # enough valid directives that a share of 10% is 3 or more
     assert all(named[p.id] / valid >= 0.10 for p in team.active), named
