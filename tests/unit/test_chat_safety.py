@@ -246,16 +246,6 @@ BEYOND_THE_SET_NOT_CRISIS = [
 ]
 
 
-@pytest.mark.parametrize("message", BEYOND_THE_SET_CRISIS)
-def test_phrasings_beyond_the_set_are_caught(message):
-    assert screen_message(message, RULES).crisis, message
-
-
-@pytest.mark.parametrize("message", BEYOND_THE_SET_NOT_CRISIS)
-def test_everyday_phrasings_beyond_the_set_pass(message):
-    assert screen_message(message, RULES).rules == [], message
-
-
 # Round 3: phrasings written in scratch batches for the classes the third held-out set's misses and false alarms
 # belong to (an end named in passing, preparations told as chores, self-harm hidden or without the word, a method
 # asked for in a story or a game, violence told as an event, real risk under a laugh; and laughing hyperbole, games,
@@ -365,13 +355,13 @@ ROUND_3_NOT_CRISIS = [
 ]
 
 
-@pytest.mark.parametrize("message", ROUND_3_CRISIS)
-def test_round_3_phrasings_are_caught(message):
+@pytest.mark.parametrize("message", BEYOND_THE_SET_CRISIS + ROUND_3_CRISIS)
+def test_phrasings_beyond_the_set_are_caught(message):
     assert screen_message(message, RULES).crisis, message
 
 
-@pytest.mark.parametrize("message", ROUND_3_NOT_CRISIS)
-def test_round_3_everyday_phrasings_pass(message):
+@pytest.mark.parametrize("message", BEYOND_THE_SET_NOT_CRISIS + ROUND_3_NOT_CRISIS)
+def test_everyday_phrasings_beyond_the_set_pass(message):
     assert screen_message(message, RULES).rules == [], message
 
 
