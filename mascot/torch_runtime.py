@@ -6,7 +6,6 @@ module level; the LLM backends, the trainers and the reward functions call these
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,16 +42,6 @@ def cuda_device() -> str:
     loaded in a worker thread would land on GPU 0 in every process of a launch, since only the main thread's current
     device is set by the launcher."""
     return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
-
-
-def visible_gpu_count() -> int:
-    """The CUDA GPUs this process sees (0 without torch): what `mascot config validate` checks the GPU map against,
-    and what makes a training step outside `accelerate launch` fail fast when it is more than one."""
-    if importlib.util.find_spec("torch") is None:
-        return 0
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 @contextmanager

@@ -325,7 +325,8 @@ def _cuda_problems(document: YamlDocument, config: RunConfig) -> list[Problem]:
 
 
 def visible_gpu_count() -> int:
-    """The CUDA GPUs this process sees (as mascot.torch_runtime's, which configs, at the bottom, do not import)."""
+    """The CUDA GPUs this process sees (0 without torch): what `mascot config validate` checks the GPU map against,
+    and what makes a training step outside `accelerate launch` fail fast when it is more than one."""
     if not _cuda_visible():
         return 0
     import torch

@@ -25,8 +25,8 @@ from typing import Any
 
 from mascot.artifacts import Artifact
 from mascot.config import TrainerConfig
+from mascot.config.loading import visible_gpu_count
 from mascot.llm.limits import LIMITS_DIR
-from mascot.torch_runtime import visible_gpu_count
 from mascot.train.runtime import TrainingSetupError
 
 CALL, RESULT = "call.pickle", "result.pickle"
