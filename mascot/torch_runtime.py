@@ -44,6 +44,22 @@ def cuda_device() -> str:
     return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
 
 
+def inference_dtype(device: str, *, bf16_capable: bool | None = None) -> str:
+    """The precision a model is only run in (scored, not trained) on `device`: bfloat16 on a CUDA GPU with native
+    bf16 (Ampere and later), else float32. bf16 halves the weights' memory and runs the matmuls about twice as fast
+    there; a score keeps about 3 significant digits, which a pair's ranking and a scale estimate do not feel. The CPU
+    stays in float32: most CPUs have no bf16 arithmetic, so torch emulates it, slower than float32. So does an older
+    GPU (V100, T4), which is why emulation does not count. `bf16_capable` is asked of the GPU when left out; a test
+    passes it to decide for a GPU it does not have."""
+    if not device.startswith("cuda"):
+        return "float32"
+    if bf16_capable is None:
+        torch = require_torch()
+        with torch.cuda.device(device):
+            bf16_capable = torch.cuda.is_bf16_supported(including_emulation=False)
+    return "bfloat16" if bf16_capable else "float32"
+
+
 @contextmanager
 def quiet_transformers() -> Iterator[None]:
     """Hide transformers' load reports and progress bars; mascot reports its own progress."""

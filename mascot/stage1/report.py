@@ -181,12 +181,19 @@ def accuracy_lines(held_out: dict[str, Any]) -> list[str]:
             f"Wilson 95% interval over pairs, as if they were independent: {_interval(held_out['accuracy'])}."]
 
 
+def _sampled(train: dict[str, Any]) -> str:
+    """Say when the training-pair accuracy was measured on a sample (`accuracy_sample_pairs`); older runs scored all."""
+    if "pairs_scored" not in train or train["pairs_scored"] == train["pairs"]:
+        return ""
+    return f", on a seeded sample of {train['pairs_scored']} of the {train['pairs']} training pairs"
+
+
 def reward_model_markdown(metrics: dict[str, Any], title: str = "Persona reward model",
                           group: str = "persona") -> list[str]:
     held_out, training = metrics["held_out"], metrics["training"]
     margin = held_out["margin"]
     lines = [f"## {title}", "", *accuracy_lines(held_out), "",
-             f"Training-pair accuracy: {_interval(metrics['train']['accuracy'])}.", "",
+             f"Training-pair accuracy: {_interval(metrics['train']['accuracy'])}{_sampled(metrics['train'])}.", "",
              f"| {group} | held-out accuracy [95% Wilson CI] (n) |", "|---|---|"]
     lines += [f"| {persona} | {_interval(share)} |" for persona, share in held_out["by_persona"].items()]
     if "persona_swap" in held_out:

@@ -5,7 +5,8 @@ replies to one query) and the group reward model of Stage 2 (pairs of trajectori
 The pairs are conversational: a `prompt` (chat messages), then the `chosen` or the `rejected`
 reply. A scalar head on the base model (Qwen3-0.6B in the paper) learns to rank them
 (Bradley-Terry loss). Pairs of held-out contexts (contexts.parquet's `held_out` column) are never
-trained on; they measure pair accuracy, overall and per group (persona, say), with Wilson intervals.
+trained on; they measure pair accuracy, overall and per group (persona, say), with Wilson intervals. A
+seeded sample of the training pairs measures the same, and the scale of the model's scores.
 
 The result is a full model folder (`AutoModelForSequenceClassification.from_pretrained` loads it),
 not a LoRA adapter: the whole network is trained, as the paper does for its reward models.
@@ -18,6 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from mascot.artifacts import Artifact, atomic_dir, dir_artifact, write_json
@@ -25,7 +27,7 @@ from mascot.config import RewardModelConfig
 from mascot.data.contexts import held_out_ids
 from mascot.queries import context_ids
 from mascot.stats import clustered_mean, describe, histogram, proportion
-from mascot.torch_runtime import quiet_transformers, require_torch
+from mascot.torch_runtime import inference_dtype, quiet_transformers, require_torch
 from mascot.train.runtime import (
     TrainingSetupError,
     checkpoint_dir,
@@ -44,17 +46,20 @@ class RewardModelScorer:
 
     The chat is rendered with the tokenizer's chat template, as TRL's RewardTrainer rendered the
     training pairs, so a reply is scored in exactly the form the model learned from. Called as a
-    TRL reward function, `fn(prompts, completions, **kwargs)`, it is logged under `name`.
+    TRL reward function, `fn(prompts, completions, **kwargs)`, it is logged under `name`. The weights run in
+    `dtype`: by default the checkpoint's (float32, as the trainer saves it); `mascot.torch_runtime.inference_dtype`
+    picks bf16 where the device has it.
     """
 
     def __init__(self, path: str | Path, *, name: str, device: str = "cpu", batch_size: int = 16,
-                 chat_template_kwargs: dict[str, Any] | None = None):
+                 chat_template_kwargs: dict[str, Any] | None = None, dtype: str = "auto"):
         torch = require_torch()
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         with quiet_transformers():
             self.tokenizer = AutoTokenizer.from_pretrained(path)
-            self.model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1).to(device).eval()
+            self.model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=dtype)
+            self.model = self.model.to(device).eval()
         self.__name__ = name
         self.device, self.batch_size = device, batch_size
         self.chat_template_kwargs = chat_template_kwargs or {}
@@ -141,12 +146,14 @@ def train_reward_model(config: RewardModelConfig, pairs: Artifact, contexts: Art
     with quiet_transformers(), atomic_dir(out) as staging:
         trainer.save_model(str(staging))
         tokenizer.save_pretrained(staging)
-        trained = RewardModelScorer(staging, name=name, device=trainer_device(config),
+        device = trainer_device(config)
+        # Measured in bf16 where the GPU has it: the metrics rank pairs and estimate a scale, so they need no fp32;
+        # a pair whose margin bf16 rounds to a tie counts as wrong, a rare case for a trained model.
+        trained = RewardModelScorer(staging, name=name, device=device, dtype=inference_dtype(device),
                                     chat_template_kwargs=config.chat_template_kwargs)
         metrics = {
-            "held_out": {**pair_accuracy(trained, eval_pairs, group_by),
-                         **{key: measure(trained, eval_pairs) for key, measure in (held_out_measures or {}).items()}},
-            "train": pair_accuracy(trained, train_pairs, group_by),
+            **reward_model_accuracy(trained, train_pairs, eval_pairs, group_by, config.accuracy_sample_pairs,
+                                    config.seed, held_out_measures),
             "training": {"steps": trainer.state.global_step, "resumed_from_step": resume.step,
                          "steps_run": trainer.state.global_step - resume.step,
                          "train_pairs": train_pairs.height, "held_out_pairs": eval_pairs.height,
@@ -157,6 +164,28 @@ def train_reward_model(config: RewardModelConfig, pairs: Artifact, contexts: Art
         write_json(metrics, staging / "metrics.json")
     shutil.rmtree(checkpoints, ignore_errors=True)  # the finished model supersedes them
     return dir_artifact(out)
+
+
+def reward_model_accuracy(model: RewardModelScorer, train_pairs: pl.DataFrame, held_out_pairs: pl.DataFrame,
+                          group_by: str, train_sample: int, seed: int,
+                          held_out_measures: Mapping[str, Callable[[RewardModelScorer, pl.DataFrame], dict]] | None = None,
+                          ) -> dict:
+    """metrics.json's `held_out` (every held-out pair, and each of `held_out_measures` on them) and `train` (a seeded
+    sample of at most `train_sample` training pairs, with how many were scored of how many)."""
+    sample = accuracy_sample(train_pairs, train_sample, seed)
+    return {"held_out": {**pair_accuracy(model, held_out_pairs, group_by),
+                         **{key: measure(model, held_out_pairs) for key, measure in (held_out_measures or {}).items()}},
+            "train": {**pair_accuracy(model, sample, group_by), "pairs_scored": sample.height,
+                      "pairs": train_pairs.height, "sample_seed": seed}}
+
+
+def accuracy_sample(pairs: pl.DataFrame, size: int, seed: int) -> pl.DataFrame:
+    """At most `size` of `pairs`, drawn by `seed` without replacement, in the table's order: the same rows for the
+    same table and seed. The training-pair accuracy is a check for overfitting, and `score_scale` is a scale
+    estimate; a few thousand pairs measure both, where scoring all of them took hours at the paper's size."""
+    if pairs.height <= size:
+        return pairs
+    return pairs[np.sort(np.random.default_rng(seed).choice(pairs.height, size, replace=False)).tolist()]
 
 
 def pair_accuracy(model: RewardModelScorer, pairs: pl.DataFrame, group_by: str, confidence: float = 0.95) -> dict:
@@ -188,7 +217,9 @@ def pair_accuracy(model: RewardModelScorer, pairs: pl.DataFrame, group_by: str, 
 def score_scale(model: Path) -> tuple[float, float]:
     """The mean and sd of a trained reward model's scores of its training pairs' replies (metrics.json's
     `train.scores`). A raw score's scale is whatever one training run left it at, so a reward that weighs it
-    against another term standardises it by these first."""
+    against another term standardises it by these first. They are measured on the sample of training pairs that
+    `accuracy_sample_pairs` bounds, maybe in bf16: an estimate of a mean and an sd from a few thousand scores is
+    within a few percent of the whole set's, which is all a reward's weighting needs."""
     import json
 
     path = model / "metrics.json"

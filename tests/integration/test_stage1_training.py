@@ -34,7 +34,7 @@ from mascot.train.tiny import resolve_tiny_models
 
 pytestmark = pytest.mark.integration
 
-TRAIN = {"persona_rm": {"epochs": 1, "save_steps": 2}, "speaker": {"max_steps": 3, "save_steps": 1},
+TRAIN = {"persona_rm": {"epochs": 1, "save_steps": 2, "accuracy_sample_pairs": 20}, "speaker": {"max_steps": 3, "save_steps": 1},
          "before_after": {"samples_per_prompt": 2, "bootstrap_resamples": 500}}
 SCORES = {"reward", "persona_rm", "format", "conciseness", "judge"}
 
@@ -96,6 +96,10 @@ def test_reward_model_speaker_and_comparison_load_back(pairs_run, tiny_models):
         check_interval(share, held_pairs.filter(pl.col("persona") == persona).height)
     assert metrics["held_out"]["margin"]["n"] == held_pairs.height
     assert metrics["training"]["train_pairs"] == frame.height - held_pairs.height
+    sample = TRAIN["persona_rm"]["accuracy_sample_pairs"]
+    assert metrics["train"]["pairs"] == metrics["training"]["train_pairs"] > sample, "the tiny run must sample"
+    assert metrics["train"]["pairs_scored"] == metrics["train"]["accuracy"]["n"] == sample
+    assert metrics["train"]["scores"]["n"] == 2 * sample, "the score scale is measured on the sample"
     assert not list((run / "stage1" / "checkpoints").glob("persona_rm-*")), "checkpoints go once the model is saved"
 
     policy = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_models.lm), speaker.path)

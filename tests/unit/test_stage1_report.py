@@ -26,7 +26,16 @@ def test_reward_model_section_gives_every_accuracy_its_interval_and_n():
     text = "\n".join(reward_model_markdown(reward_model_metrics(8)))
     assert "Held-out pair accuracy: 50.0% [" in text and "(n=8 from 4 clusters)" in text
     assert "over pairs, as if they were independent: 50.0% [" in text and "| anchor | 50.0% [" in text
-    assert "Training-pair accuracy: 90.0% [" in text and "(n=10)" in text
+    assert "Training-pair accuracy: 90.0% [" in text and "(n=10)" in text and "sample" not in text
+
+
+def test_a_sampled_training_pair_accuracy_says_how_many_pairs_of_how_many():
+    metrics = reward_model_metrics(8)
+    metrics["train"].update(pairs_scored=10, pairs=10)
+    assert "sample" not in "\n".join(reward_model_markdown(metrics)), "every training pair scored: no sample to name"
+    metrics["train"].update(pairs=250)
+    text = "\n".join(reward_model_markdown(metrics))
+    assert "Training-pair accuracy: 90.0% [" in text and "on a seeded sample of 10 of the 250 training pairs" in text
 
 
 def test_no_held_out_pairs_reads_as_not_available_rather_than_zero():

@@ -127,3 +127,62 @@ def test_pair_accuracy_records_the_scale_of_every_replys_score(tiny_models):
     recorded = pair_accuracy(scorer, pairs, "persona")["scores"]
     assert recorded["n"] == 4 and recorded["mean"] == pytest.approx(sum(scores) / 4)
     assert recorded["sd"] == pytest.approx(float(pl.Series(scores).std()))
+
+
+def test_models_are_scored_in_bf16_only_on_a_gpu_that_has_it(tiny_models):
+    import torch
+
+    from mascot.torch_runtime import inference_dtype
+    from mascot.train.reward_model import RewardModelScorer
+
+    assert inference_dtype("cpu") == "float32", "bf16 on a CPU is emulated, slower than float32"
+    assert inference_dtype("cpu", bf16_capable=True) == "float32"
+    assert inference_dtype("cuda:1", bf16_capable=True) == "bfloat16"
+    assert inference_dtype("cuda:0", bf16_capable=False) == "float32", "a V100 or T4 would only emulate bf16"
+    assert RewardModelScorer(tiny_models.rm, name="rm", dtype="bfloat16").model.dtype == torch.bfloat16
+    assert RewardModelScorer(tiny_models.rm, name="rm").model.dtype == torch.float32, "the checkpoint's dtype"
+
+
+def accuracy_pairs(count: int, context: str) -> pl.DataFrame:
+    prompt = [{"role": "user", "content": "I failed my exam."}]
+    return pl.DataFrame({"query_id": [f"{context}{i % 3}|anchor" for i in range(count)], "persona": ["anchor"] * count,
+                         "prompt": [prompt] * count, "chosen": [f"{context} chosen {i}" for i in range(count)],
+                         "rejected": [f"{context} rejected {i}" for i in range(count)]})
+
+
+def test_training_pair_accuracy_scores_a_seeded_sample_and_every_held_out_pair(tiny_models, tmp_path):
+    from mascot.artifacts import write_json
+    from mascot.train.reward_model import (
+        RewardModelScorer,
+        accuracy_sample,
+        reward_model_accuracy,
+        score_scale,
+    )
+
+    class RecordingScorer(RewardModelScorer):  # the real scorer, remembering every reply it scored
+        def score(self, prompts, replies):
+            scores = super().score(prompts, replies)
+            self.scored.update(zip(replies, scores, strict=True))
+            return scores
+
+    train, held_out = accuracy_pairs(12, "train"), accuracy_pairs(5, "held")
+    scorer = RecordingScorer(tiny_models.rm, name="rm")
+
+    def scored_training_replies(seed: int) -> dict[str, float]:
+        scorer.scored = {}
+        metrics = reward_model_accuracy(scorer, train, held_out, "persona", train_sample=4, seed=seed)
+        assert set(held_out["chosen"]) | set(held_out["rejected"]) <= set(scorer.scored), "held-out pairs scored whole"
+        assert metrics["held_out"]["accuracy"]["n"] == 5
+        assert (metrics["train"]["pairs_scored"], metrics["train"]["pairs"]) == (4, 12)
+        assert metrics["train"]["accuracy"]["n"] == 4
+        write_json(metrics, tmp_path / "metrics.json")
+        return {reply: score for reply, score in scorer.scored.items() if reply.startswith("train")}
+
+    first = scored_training_replies(seed=0)
+    assert len(first) == 8, "4 training pairs of 12: their chosen and rejected replies, no others"
+    sampled = pl.Series(list(first.values()))
+    assert score_scale(tmp_path) == pytest.approx((sampled.mean(), sampled.std())), "the scale of the sample's scores"
+    assert scored_training_replies(seed=0).keys() == first.keys(), "the same seed scores the same pairs"
+    assert scored_training_replies(seed=1).keys() != first.keys()
+    assert accuracy_sample(train, 4, seed=0).equals(accuracy_sample(train, 4, seed=0))
+    assert accuracy_sample(train, 12, seed=0).equals(train) and accuracy_sample(train, 50, seed=0).equals(train)
