@@ -83,10 +83,15 @@ EPISODES = EpisodeConfig(block_turns=1, prefix_blocks=0, states=1, mode="block",
 # As check 1's (`director_grpo.CHECK_SETTINGS`): a step that shows within a CI budget what the profile's takes longer
 # to show, and a firm KL anchor that keeps the shuffled control in place.
 CHECK_SETTINGS = {"learning_rate": 3e-3, "beta": 0.1, "batch_size": 16, "num_generations": 4, "rollouts": 1}
-# The group RM must learn an interaction (which persona, after which cue) from a few hundred pairs: at the profile's
-# 1e-4 and 2 epochs it ranked 73% of its training pairs and 21% of the held-out ones; at 3e-4, 3 epochs 76%, at
-# 6 epochs 89% (2026-12-06, one tiny build).
-CHECK_RM_SETTINGS = {"learning_rate": 3e-4, "epochs": 6}
+# The Director learns from the group RM alone. The format reward is not what this check is about, and it moves the
+# choice in every arm: with its profile weight (0.5) the fitting share rose by +0.06 to +0.09 under the planted, the
+# flipped and the shuffled judge alike (30 steps, 2026-12-06), and by +0.000 under the last two without it.
+CHECK_REWARD_WEIGHTS = {"group_rm": 1.0, "format": 0.0}
+# The group RM must learn an interaction (which persona, after which cue) from a few hundred pairs. Its held-out pair
+# accuracy under the planted judge, by learning rate and epochs (2026-12-06, one tiny build, 701 pairs): 1e-4 x 2
+# epochs 21%, 3e-4 x 6 52-68% (3 training seeds), 1e-3 x 3 84%, 3e-3 x 3 96%, 3e-3 x 6 77-100%, 1e-2 x 4 44%. A
+# small model needs the large step to find the interaction before it learns its training pairs by heart.
+CHECK_RM_SETTINGS = {"learning_rate": 3e-3, "epochs": 3}
 # The judge reads who speaks, not what: a short reply keeps the rollouts cheap, and gives the group RM less noise to
 # learn by heart (12 tokens left it at chance on held-out pairs).
 SPEAKER_TOKENS = 4
@@ -125,6 +130,7 @@ class ChainArm:
     fit_difference: dict  # paired over held-out states
     group_rm_difference: dict  # the Stage 2 report's Director gain: metrics.json scores.group_rm.difference
     choices: dict[str, dict[str, float]]  # cue class -> persona -> the trained Director's share of held-out samples
+    base_choices: dict[str, dict[str, float]]  # the same for the base Director
     seconds: float = 0.0
 
     @property
@@ -157,15 +163,17 @@ class ChainCheck:
         out = [f"check 2, the whole Stage 2 chain: cues {', '.join(f'{c}->{p}' for c, p in preferred().items())}"]
         for arm in self.arms:
             d, g = arm.fit_difference, arm.group_rm_difference
-            choices = "; ".join(f"{cue}: " + " ".join(f"{p} {s:.2f}" for p, s in shares.items())
-                                for cue, shares in arm.choices.items())
             out.append(f"  {arm.arm:<9} group RM held-out accuracy {arm.rm_accuracy:.2f}; fitting share "
                        f"{arm.fit_before:.3f} -> {arm.fit_after:.3f}: {d['mean']:+.3f} [{d['ci_low']:+.3f}, "
                        f"{d['ci_high']:+.3f}] over {d['n']} held-out states; group RM gain {g['mean']:+.3f} "
                        f"[{g['ci_low']:+.3f}, {g['ci_high']:+.3f}]; expected to {arm.expected}: "
                        f"{'pass' if arm.passed else 'FAIL'} ({arm.seconds:.0f} s)")
-            out.append(f"            trained choices by cue: {choices}")
+            out.append(f"            choices by cue, base: {_choices(arm.base_choices)}; trained: {_choices(arm.choices)}")
         return out
+
+
+def _choices(choices: dict[str, dict[str, float]]) -> str:
+    return "; ".join(f"{cue}: " + " ".join(f"{p} {s:.2f}" for p, s in shares.items()) for cue, shares in choices.items())
 
 
 def run_chain_check(profile: RunConfig, director: DirectorConfig, out: Path, *, samples_per_prompt: int = 8,
@@ -210,9 +218,12 @@ def run_chain_check(profile: RunConfig, director: DirectorConfig, out: Path, *, 
 
 
 def check_director(profile: RunConfig, steps: int, seed: int = 0) -> DirectorConfig:
-    """The profile's Director settings (`train.director`) for this check: `CHECK_SETTINGS` and `steps` steps."""
-    return profile.train.director.model_copy(update={**CHECK_SETTINGS, "max_steps": steps, "save_steps": steps,
-                                                     "seed": seed})
+    """The profile's Director settings (`train.director`) for this check: `CHECK_SETTINGS`, `CHECK_REWARD_WEIGHTS`
+    and `steps` steps."""
+    director = profile.train.director
+    return director.model_copy(update={
+        **CHECK_SETTINGS, "max_steps": steps, "save_steps": steps, "seed": seed,
+        "reward_weights": director.reward_weights.model_copy(update=CHECK_REWARD_WEIGHTS)})
 
 
 def _measure(arm: str, group_rm: Artifact, compared: Artifact, contexts: list[Context],
@@ -225,12 +236,13 @@ def _measure(arm: str, group_rm: Artifact, compared: Artifact, contexts: list[Co
     per_state = samples.group_by("state_id", "policy").agg(pl.col("fits").mean()).pivot(
         on="policy", index="state_id", values="fits").sort("state_id")
     before, after = per_state["base"].to_list(), per_state["director"].to_list()
-    trained = samples.filter(pl.col("policy") == "director")
-    choices = {cue: {persona: count / rows.height for persona, count in sorted(Counter(rows["next_speaker"]).items())}
-               for (cue,), rows in sorted(trained.group_by("cue"), key=lambda item: item[0])}
+    choices = {policy: {cue: {persona: count / rows.height for persona, count in sorted(Counter(rows["next_speaker"]).items())}
+                        for (cue,), rows in sorted(samples.filter(pl.col("policy") == policy).group_by("cue"),
+                                                   key=lambda item: item[0])}
+               for policy in ("base", "director")}
     metrics = json.loads((compared.path / "metrics.json").read_text())
     rm = json.loads((group_rm.path / "metrics.json").read_text())
     return ChainArm(arm, EXPECTED[arm], rm["held_out"]["accuracy"]["value"], sum(before) / len(before),
                     sum(after) / len(after), paired_difference(before, after, evaluation.confidence,
                                                                evaluation.bootstrap_resamples, seed),
-                    metrics["scores"]["group_rm"]["difference"], choices, seconds)
+                    metrics["scores"]["group_rm"]["difference"], choices["director"], choices["base"], seconds)
