@@ -232,6 +232,9 @@ def make_app(model: str = DEFAULT_MODEL, seconds_per_token: float = 0.03, second
                 if structured_output and response_format.get("type") == "json_schema" else None
             if served is not None and served.engine is not None:  # the model itself answers (no guided decoding)
                 texts = await served.engine.complete(lora and lora.path, messages, n, body)
+                if await request.is_disconnected():  # the client left while the model generated: vLLM aborts it
+                    stats.abandoned += 1
+                    return _error(499, "the client closed the connection")
             else:
                 texts = [completion_text(messages, seed, i, temperature, top_p, max_tokens, schema,
                                          lora and lora.digest) for i in range(n)]
