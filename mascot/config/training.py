@@ -106,7 +106,7 @@ class GRPOPolicyConfig(TrainerConfig):
                                 "min_p times the likeliest (unset: none).")
 
     # Parameters that control generation acceleration powered by vLLM
-    use_vllm: bool = Field(default=False, description="Generate rollouts with vLLM (GPU, `serve` extra).")
+    use_vllm: bool = Field(default=False, description="Generate rollouts with vLLM in the training process (GPU; its environment: deployments/README.md).")
     vllm_mode: Literal["colocate", "server"] = Field(default="colocate", description="TRL's vLLM mode.")
     vllm_gpu_memory_utilization: float = Field(
         default=0.3, gt=0, le=1.0, description="colocate: the share of the training GPU that TRL's vLLM takes, weights "

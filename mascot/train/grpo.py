@@ -157,5 +157,7 @@ def _require_vllm() -> None:
     try:
         import vllm  # noqa: F401
     except ImportError as exc:
-        raise ImportError("use_vllm is true but vLLM is not installed; on a GPU machine run pip install "
-                          "'mascot[serve]', or set use_vllm: false to generate with transformers") from exc
+        raise ImportError("use_vllm is true but vLLM is not installed in this process's environment, where TRL "
+                          "generates with it (colocate and server mode alike); vLLM does not install beside the "
+                          "project's pins (deployments/README.md, 'The vLLM environment'): set use_vllm: false to "
+                          "generate with transformers") from exc
