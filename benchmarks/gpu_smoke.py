@@ -1,7 +1,9 @@
 """GPU smoke test: a few LoRA GRPO steps on a Qwen3-8B-shaped model with random weights, then vLLM with the adapter.
 
     python benchmarks/gpu_smoke.py [--layers 36 --steps 3 --generations 4 --prompts-per-step 2 --tokens 128 \
-                                    --vllm-prompts 32 --vllm-memory 0.5 --vllm-eager --no-vllm]
+                                    --vllm-prompts 32 --vllm-memory 0.5 --vllm-eager --no-vllm \
+                                    --no-colocate --colocate-memory 0.3 \
+                                    --no-director-memory --paper-config configs/paper.yaml --director-prompt-tokens N]
 
 Needs a CUDA GPU (an H100 or H200) and nothing from the hub: the model is built from Qwen3-8B's shape
 (`transformers.Qwen3Config`) with random bf16 weights directly on the GPU, and the tokenizer is the tiny
@@ -11,8 +13,13 @@ GRPOTrainer as `mascot.train.grpo` calls it, and prints the trainable fraction, 
 the time per optimisation step and the completion tokens generated per second of step time. If vLLM
 is installed, it then serves the same shape with the trained adapter (`LoRARequest`) and prints its
 tokens per second; and starts `vllm serve` with VLLM_ALLOW_RUNTIME_LORA_UPDATING, loads the adapter into it as
-the flows do (`mascot.llm.served_adapters.serve_adapter`) and sends it one request. The last block is a summary
-to paste into benchmarks/README.md.
+the flows do (`mascot.llm.served_adapters.serve_adapter`) and sends it one request; and runs `--steps` GRPO steps
+with TRL's colocated vLLM (`use_vllm`, `vllm_mode: colocate`, through `mascot.train.grpo.grpo_args`) on a fresh
+model of the same shape. Before all that, on the empty GPU, it measures the Director step's peak memory at the
+paper profile's shapes (all 36 layers, `train.director`'s batch, completion length and LoRA, prompts as long as
+its vLLM window allows) and prints it beside `mascot plan`'s count of the same step. The last block is a summary
+to paste into benchmarks/README.md. vLLM does not install beside the project's pins: run it from the environment
+of deployments/vllm-requirements.txt with peft, polars and tenacity added, and `PYTHONPATH=.` (benchmarks/README.md).
 
 Random weights sample near-uniformly over 151,936 ids, so completions run to `--tokens` and most of
 their ids decode to nothing with the tiny tokenizer: the figures are about speed and memory only.
@@ -28,6 +35,7 @@ import os
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -142,7 +150,7 @@ def vllm_generate(folder: Path, adapter: Path, args) -> str:
         from vllm import LLM, SamplingParams
         from vllm.lora.request import LoRARequest
     except ImportError as exc:
-        return f"skipped: vLLM is not installed ({exc}); pip install 'mascot[serve]'"
+        return f"skipped: vLLM is not installed ({exc}); see deployments/vllm-requirements.txt"
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -218,6 +226,141 @@ def vllm_runtime_load(folder: Path, adapter: Path, args) -> str:
             server.kill()
 
 
+def planned_director(config_path: Path, gpu_bytes: float):
+    """The paper profile's Director trainer and `mascot plan`'s count of its step's peak memory on a GPU of
+    `gpu_bytes` (the row `mascot plan --config configs/paper.yaml` prints)."""
+    from mascot import plan as planning
+    from mascot.config import RunConfig
+    from mascot.yamlio import YamlDocument, validate_document
+
+    config = validate_document(YamlDocument.read(config_path), RunConfig,
+                               context={"base_dir": config_path.resolve().parent})
+    [row] = [row for row in planning.memory(config, gpu_bytes) if row.name == "director"]
+    return config.train.director, row
+
+
+def director_step_memory(tokenizer, policy, prompt_tokens: int) -> dict:
+    """Peak GPU memory of one Director GRPO micro-step at the paper's shapes, on a randomly initialised Qwen3-8B
+    (all 36 layers, bf16) with the profile's LoRA: `batch_size` completions of `prompt_tokens` + the profile's
+    `max_completion_length`, the log-probabilities of the completions under the base (adapter off, as TRL's
+    reference when beta > 0) and under the policy, GRPO's loss with its KL term, backward and an AdamW step on the
+    adapter. Generation and the scorers are not in it: those are TRL's engine and the reward models, which
+    `mascot plan` counts apart."""
+    import peft
+    import torch
+    from trl.trainer.utils import selective_log_softmax
+
+    from mascot.train.lora import peft_lora_config
+
+    model = random_model(qwen3_8b_config(36, tokenizer))
+    model.config.use_cache = False
+    policy_model = peft.get_peft_model(model, peft_lora_config(policy.lora))
+    if policy.gradient_checkpointing:
+        policy_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        policy_model.enable_input_require_grads()
+    optimizer = torch.optim.AdamW([p for p in policy_model.parameters() if p.requires_grad], lr=policy.learning_rate)
+    completion = policy.max_completion_length
+    ids = torch.randint(0, model.config.vocab_size, (policy.batch_size, prompt_tokens + completion), device="cuda")
+    torch.cuda.synchronize()
+    resident = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+
+    def completion_logps():  # as GRPOTrainer computes them: the completion's logits only, over the temperature
+        logits = policy_model(input_ids=ids, logits_to_keep=completion + 1).logits[:, :-1] / policy.temperature
+        return selective_log_softmax(logits, ids[:, -completion:])
+
+    began = time.perf_counter()
+    reference = None
+    if policy.beta:
+        with torch.no_grad(), policy_model.disable_adapter():
+            reference = completion_logps()
+    logps = completion_logps()
+    advantages = torch.randn(policy.batch_size, 1, device="cuda")
+    loss = -(torch.exp(logps - logps.detach()) * advantages).mean()
+    if reference is not None:
+        loss = loss + policy.beta * (torch.exp(reference - logps) - (reference - logps) - 1).mean()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    return {"peak": torch.cuda.max_memory_allocated(), "resident": resident, "seconds": time.perf_counter() - began}
+
+
+def director_memory_lines(tokenizer, args) -> list[str]:
+    """The Director step measured at the paper's shapes beside `mascot plan`'s count of it."""
+    import torch
+
+    gib = 2**30
+    policy, planned = planned_director(args.paper_config, torch.cuda.get_device_properties(0).total_memory)
+    prompt = args.director_prompt_tokens or (policy.vllm_max_model_length or 4096) - policy.max_completion_length
+    measured = director_step_memory(tokenizer, policy, prompt)
+    gc.collect()  # its model went with its frame: hand the memory back before the next part builds its own
+    torch.cuda.empty_cache()
+    counted = planned.trained_bytes + planned.frozen_bytes
+    return [
+        (f"shapes: {policy.batch_size} completions of {prompt} prompt + {policy.max_completion_length} completion "
+         f"tokens (per_device_train_batch_size of {args.paper_config.name}), LoRA r={policy.lora.r} on "
+         f"{'/'.join(policy.lora.target_modules)}, gradient checkpointing {policy.gradient_checkpointing}, "
+         f"beta {policy.beta}"),
+        (f"measured peak: {measured['peak'] / gib:.1f} GiB (torch.cuda.max_memory_allocated of one forward-backward "
+         f"and AdamW step; {measured['resident'] / gib:.1f} GiB resident before it; {measured['seconds']:.1f} s)"),
+        (f"mascot plan, the same parts: {counted / gib:.1f} GiB (frozen base {planned.frozen_bytes / gib:.1f} + "
+         f"adapter with Adam {planned.trained_bytes / gib:.2f}); measured minus planned, the activations and logits "
+         f"the plan leaves out: {(measured['peak'] - counted) / gib:+.1f} GiB"),
+        (f"mascot plan, the whole step: {planned.total / gib:.1f} GiB (of which TRL's engine "
+         f"{planned.engine_bytes / gib:.1f} at vllm_gpu_memory_utilization {policy.vllm_gpu_memory_utilization} and "
+         f"the scorers {planned.scorer_bytes / gib:.1f}); with the measured policy in its place: "
+         f"{(measured['peak'] + planned.engine_bytes + planned.scorer_bytes) / gib:.1f} GiB of "
+         f"{torch.cuda.get_device_properties(0).total_memory / gib:.1f} GiB"),
+    ]
+
+
+def colocate_steps(model, tokenizer, args, workdir: Path) -> str:
+    """`args.steps` GRPO steps with TRL's colocated vLLM (use_vllm, vllm_mode colocate) configured by the project's
+    own `grpo_args`, as the paper profile's trainers run; or why this part was skipped."""
+    try:
+        import vllm
+    except ImportError as exc:
+        return (f"skipped: vLLM is not installed ({exc}); run this script from the environment of "
+                f"deployments/vllm-requirements.txt")
+    import functools
+
+    import torch
+    from datasets import Dataset
+    from trl import GRPOTrainer
+    from trl.generation import vllm_generation
+
+    from mascot.config import GRPOPolicyConfig
+    from mascot.train.grpo import grpo_args
+    from mascot.train.lora import peft_lora_config
+
+    folder = workdir / "model"
+    policy = GRPOPolicyConfig(model=str(folder), bf16=True, batch_size=args.prompts_per_step * args.generations,
+                              num_generations=args.generations, max_completion_length=args.tokens,
+                              max_steps=args.steps, seed=0, save_steps=10_000, use_vllm=True, vllm_mode="colocate",
+                              vllm_gpu_memory_utilization=args.colocate_memory, vllm_max_model_length=2048)
+    # TRL's engine loads model.name_or_path: the folder holds the config and tokenizer only, so vLLM draws random
+    # weights of that shape (load_format dummy) instead of reading 16 GB back; TRL pushes the trainer's weights
+    # into the engine before its first generation and after every step, so it samples the model being trained.
+    model.config._name_or_path = str(folder)
+    vllm_generation.LLM = functools.partial(vllm_generation.LLM, load_format="dummy")
+    timer = step_timer()
+    trainer = GRPOTrainer(
+        model=model, args=grpo_args(policy, workdir / "colocate-checkpoints", [1.0]),
+        train_dataset=Dataset.from_list([{"prompt": [{"role": "user", "content": p}]} for p in PROMPTS]),
+        reward_funcs=[reply_length], processing_class=tokenizer, peft_config=peft_lora_config(policy.lora),
+        callbacks=[timer],
+    )
+    torch.cuda.reset_peak_memory_stats()
+    trainer.train()
+    peak = torch.cuda.max_memory_allocated() / 2**30
+    figures = training_figures(trainer, timer)
+    del trainer
+    return (f"{args.steps} steps, {figures['step_s']:.2f} s a step (first {figures['first_step_s']:.2f} s), "
+            f"{figures['tokens_per_s']:,.0f} completion tokens/s; peak torch allocation {peak:.1f} GiB beside the "
+            f"engine's {args.colocate_memory} of the GPU (vllm {vllm.__version__})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, default=36, help="Decoder layers (Qwen3-8B has 36; fewer for a quick try).")
@@ -230,7 +373,18 @@ def main() -> None:
                         help="vLLM's gpu_memory_utilization; what training left allocated must fit beside it.")
     parser.add_argument("--vllm-eager", action="store_true", help="Skip vLLM's compilation and CUDA graphs "
                         "(starts faster, decodes slower).")
-    parser.add_argument("--no-vllm", action="store_true", help="Skip the vLLM part even if vLLM is installed.")
+    parser.add_argument("--no-vllm", action="store_true", help="Skip the vLLM parts (offline engine, server, TRL's "
+                        "colocate mode) even if vLLM is installed.")
+    parser.add_argument("--no-colocate", action="store_true", help="Skip the GRPO steps with TRL's colocated vLLM.")
+    parser.add_argument("--colocate-memory", type=float, default=0.3,
+                        help="TRL's vllm_gpu_memory_utilization in the colocate part.")
+    parser.add_argument("--no-director-memory", action="store_true",
+                        help="Skip the Director step's peak memory at the paper profile's shapes (all 36 layers).")
+    parser.add_argument("--paper-config", type=Path, default=REPO / "configs" / "paper.yaml",
+                        help="The profile whose train.director gives the Director step's shapes.")
+    parser.add_argument("--director-prompt-tokens", type=int, default=None,
+                        help="The Director's prompt length (default: the profile's vllm_max_model_length less "
+                        "max_completion_length, the longest conversation it allows).")
     args = parser.parse_args()
 
     import torch
@@ -238,7 +392,9 @@ def main() -> None:
     if not torch.cuda.is_available():
         print(f"gpu_smoke.py needs a CUDA GPU and torch sees none: it would build a Qwen3-8B-shaped model "
               f"({args.layers} layers, random bf16 weights) on the GPU, run {args.steps} LoRA GRPO steps with TRL "
-              f"and then generate with vLLM if installed.", file=sys.stderr)
+              f"(and with TRL's colocated vLLM if installed), generate with vLLM and a hot-loaded adapter if "
+              f"installed, and measure the Director step's peak memory at {args.paper_config.name}'s shapes "
+              f"against mascot plan.", file=sys.stderr)
         sys.exit(2)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the GPU machines have no network: fail fast, never wait
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
@@ -255,6 +411,9 @@ def main() -> None:
     # Only the tokenizer is wanted, and it does not depend on the warm start: skip its 300 CPU steps.
     tiny = build_tiny_models(TinyModelSpec(warm_start_steps=0), CacheConfig().root, progress=False)
     tokenizer = AutoTokenizer.from_pretrained(tiny.lm)
+    # First, on an empty GPU: the Director step at the paper's shapes, its own 36-layer model built and released.
+    director_lines = ["skipped: --no-director-memory"] if args.no_director_memory else \
+        director_memory_lines(tokenizer, args)
     with tempfile.TemporaryDirectory(prefix="gpu-smoke-") as tmp:
         workdir = Path(tmp)
         began = time.perf_counter()
@@ -282,6 +441,19 @@ def main() -> None:
         torch.cuda.empty_cache()
         serve_line = "skipped: --no-vllm" if args.no_vllm else vllm_runtime_load(workdir / "model",
                                                                                   workdir / "adapter", args)
+        gc.collect()
+        torch.cuda.empty_cache()
+        # Last, since TRL's engine joins this process's torch.distributed world: a fresh model (the first trainer's
+        # LoRA layers are still in the last one), and a failure is reported in the summary, not lost with it.
+        if args.no_vllm or args.no_colocate:
+            colocate_line = f"skipped: {'--no-vllm' if args.no_vllm else '--no-colocate'}"
+        else:
+            try:
+                colocate_line = colocate_steps(random_model(qwen3_8b_config(args.layers, tokenizer)), tokenizer,
+                                               args, workdir)
+            except Exception as exc:  # noqa: BLE001 - the summary says what failed; the traceback is above it
+                traceback.print_exc()
+                colocate_line = f"failed: {type(exc).__name__}: {exc}"
 
     completions = args.prompts_per_step * args.generations
     print("\n--- gpu_smoke summary ---")
@@ -298,6 +470,10 @@ def main() -> None:
     print(f"training tokens/s: {figures['tokens_per_s']:,.0f} (completion tokens per second of step time)")
     print(f"vLLM: {vllm_line}")
     print(f"vLLM server, adapter loaded at runtime: {serve_line}")
+    print(f"GRPO with TRL's colocated vLLM: {colocate_line}")
+    print("Director step at the paper's shapes:")
+    for line in director_lines:
+        print(f"  {line}")
 
 
 if __name__ == "__main__":
