@@ -90,7 +90,7 @@ def test_checkpoints_are_per_inputs_beside_the_output(tmp_path):
     assert first != checkpoint_dir(out, RewardModelConfig(model="m", learning_rate=1.0)), "changed inputs start afresh"
 
 
-def test_vllm_generation_without_vllm_names_the_extra(tmp_path, tiny_config):
+def test_vllm_generation_without_vllm_says_where_vllm_runs_and_the_way_out(tmp_path, tiny_config):
     import importlib.util
 
     from mascot.train.grpo import train_grpo_policy
@@ -98,7 +98,8 @@ def test_vllm_generation_without_vllm_names_the_extra(tmp_path, tiny_config):
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed here")
     config = tiny_config.train.speaker.model_copy(update={"use_vllm": True})
-    with pytest.raises(ImportError, match=r"pip install 'mascot\[serve\]'.*use_vllm: false"):
+    with pytest.raises(ImportError, match=r"not installed in this process's environment.*deployments/README.md.*"
+                                          r"use_vllm: false"):
         train_grpo_policy(config, [], [], [], tmp_path / "out", tmp_path / "checkpoints", name="speaker")
 
 
