@@ -106,9 +106,11 @@ def file_problems(document: YamlDocument, config: RunConfig, rubric_problem: Rub
     if config.eval is not None:
         problems += _eval_problems(document, config, rubric_problem)
     problems += _rules_problems(document, config, safety_rules)
-    for name, trainer in config.train.trainers.items():  # accelerate reads it, when the training step starts
+    for name, trainer in config.train.trainers.items():  # both are read when the training step starts
         if trainer.accelerate_config is not None:
             problems += _missing_file(document, ("train", name, "accelerate_config"), trainer.accelerate_config)
+        if trainer.python is not None:
+            problems += _missing_file(document, ("train", name, "python"), trainer.python)
     for loc, backend in backends(config).items():  # an adapter is read when its model loads, after minutes of work
         if backend.adapter_sha256 is not None:
             problems.append(document.problem((*loc, "adapter_sha256"), "is set by the flow from the run's adapter, "

@@ -40,6 +40,11 @@ class TrainerConfig(Section):
         default=None, description="Train over several processes, one per GPU: `accelerate launch` with this config "
         "file (deployments/accelerate/multi_gpu.yaml). Each process takes batch_size examples per step. Left "
         "out: train in the flow's process.")
+    python: ConfigPath | None = Field(
+        default=None, description="The Python of another environment to train in: the step runs in a process of "
+        "that interpreter (under accelerate_config's launch, if set), which imports this checkout's mascot. For "
+        "use_vllm, whose vLLM cannot install beside the flows' prefect: the vLLM environment with the train extra "
+        "(deployments/README.md). Left out: this environment.")
 
     # Parameters that control the training
     learning_rate: float = Field(default=1e-5, gt=0, description="Peak learning rate.")

@@ -159,5 +159,6 @@ def _require_vllm() -> None:
     except ImportError as exc:
         raise ImportError("use_vllm is true but vLLM is not installed in this process's environment, where TRL "
                           "generates with it (colocate and server mode alike); vLLM does not install beside the "
-                          "project's pins (deployments/README.md, 'The vLLM environment'): set use_vllm: false to "
-                          "generate with transformers") from exc
+                          "project's pins (deployments/README.md, 'The vLLM environment'): give the trainer's section "
+                          "python: the vLLM environment's interpreter, or set use_vllm: false to generate with "
+                          "transformers") from exc

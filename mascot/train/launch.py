@@ -1,4 +1,5 @@
-"""One training step over several processes, one per GPU: TRL's trainer under `accelerate launch`.
+"""One training step over several processes, one per GPU: TRL's trainer under `accelerate launch`; or in another
+environment's Python.
 
 A trainer whose config names an `accelerate_config` does not train in the flow's process. `launched` writes the
 call (the training function and its arguments, all plain data) to a folder, runs
@@ -6,6 +7,11 @@ call (the training function and its arguments, all plain data) to a folder, runs
 makes the same call: the trainer wraps the model in DistributedDataParallel and each process trains on its
 share of every batch, so a step's batch is `batch_size` times the processes. The first process alone writes the
 outputs (the trainers return None in the others) and hands its result back through the folder.
+
+A trainer whose config names a `python` trains in a process of that interpreter, the same way (with one process,
+or under its `accelerate launch`): the environment TRL's `use_vllm` needs has vLLM, which cannot install beside the
+flows' prefect (deployments/README.md). The process imports this checkout's `mascot`; its environment supplies
+the rest (torch, TRL, PEFT, vLLM).
 
 The processes of one launch share the backends' limits like the workers of a Dask flow run
 (`mascot.llm.limits`): the Director's rollouts of every process together keep within `max_concurrency`.
@@ -37,25 +43,43 @@ class LaunchError(RuntimeError):
 
 
 def launched(config: TrainerConfig, train: Callable[..., Any], *args: Any, **kwargs: Any) -> Artifact:
-    """`train(*args, **kwargs)`, in this process, or in the processes of `config.accelerate_config` if it names one."""
+    """`train(*args, **kwargs)`, in this process, or in the processes of `config.accelerate_config` if it names one,
+    or in a process of `config.python`'s environment if it names one."""
     if config.accelerate_config is None:
         refuse_several_gpus(config, train.__name__)
-        from mascot.llm.transformers_backend import models_released
+        if config.python is None:
+            from mascot.llm.transformers_backend import models_released
 
-        with models_released():  # the scorers and policy snapshots it loaded leave with it
-            return train(*args, **kwargs)  # a trainer returns None only in the later processes of a launch
+            with models_released():  # the scorers and policy snapshots it loaded leave with it
+                return train(*args, **kwargs)  # a trainer returns None only in the later processes of a launch
+    python = str(config.python or sys.executable)
     with tempfile.TemporaryDirectory(prefix="mascot-launch-") as folder:
         (Path(folder) / CALL).write_bytes(pickle.dumps((train, args, kwargs)))
-        command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config.accelerate_config),
-                   "--main_process_port", str(free_port()), "-m", __name__, folder]
-        # A flow run on Dask or Ray has a limits folder already; otherwise this launch's processes get one of their own.
-        environment = {LIMITS_DIR: str(Path(folder) / "limits"), **os.environ}
-        finished = subprocess.run(command, env=environment, check=False)
+        launcher, where = [], f"in {python}"
+        if config.accelerate_config is not None:
+            launcher = ["-m", "accelerate.commands.launch", "--config_file", str(config.accelerate_config),
+                        "--main_process_port", str(free_port())]
+            where = f"under `accelerate launch --config_file {config.accelerate_config}` {where}"
+        finished = subprocess.run([python, *launcher, "-m", __name__, folder],
+                                  env=launch_environment(config, Path(folder)), check=False)
         if finished.returncode != 0:
-            raise LaunchError(f"{train.__name__} under `accelerate launch --config_file {config.accelerate_config}` "
-                              f"exited with status {finished.returncode}; the output of its processes is above. To "
-                              "train in the flow's process instead, remove accelerate_config from the trainer's section")
+            raise LaunchError(f"{train.__name__} {where} exited with status {finished.returncode}; the output of its "
+                              "processes is above. To train in the flow's process instead, remove accelerate_config "
+                              "and python from the trainer's section")
         return pickle.loads((Path(folder) / RESULT).read_bytes())
+
+
+def launch_environment(config: TrainerConfig, folder: Path) -> dict[str, str]:
+    """The launched processes' environment: this one, a limits folder, and, for another environment's Python, this
+    checkout's `mascot` package first on its path. Only the package is linked there (`folder`/path/mascot): the
+    folder above it may be this environment's site-packages, whose torch must not shadow the other one's."""
+    # A flow run on Dask or Ray has a limits folder already; otherwise this launch's processes get one of their own.
+    environment = {LIMITS_DIR: str(folder / "limits"), **os.environ}
+    if config.python is not None:
+        (folder / "path").mkdir()
+        (folder / "path" / "mascot").symlink_to(Path(__file__).resolve().parents[1], target_is_directory=True)
+        environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder / "path"), os.environ.get("PYTHONPATH")]))
+    return environment
 
 
 def refuse_several_gpus(config: TrainerConfig, step: str, gpu_count: Callable[[], int] | None = None) -> None:

@@ -262,6 +262,8 @@ BROKEN_CONFIGS = [
      ["chat.speaker.adapter", "runs/nope/stage1/speaker does not exist; expected a PEFT adapter folder"]),
     ("accelerate-config-missing", "tiny.yaml", ("train.speaker.accelerate_config", "accelerate/nope.yaml"),
      ["train.speaker.accelerate_config", "no such file", "nope.yaml"]),
+    ("training-python-missing", "tiny.yaml", ("train.speaker.python", "/srv/nope-env/bin/python"),
+     ["train.speaker.python", "no such file", "/srv/nope-env/bin/python"]),
     ("chat-classifier-threshold", "tiny.yaml", ("chat.safety.classifier", {"model": "x/y", "threshold": 2}),
      ["chat.safety.classifier.threshold", "less than or equal to 1"]),
     ("chat-speaker-typo", "tiny.yaml", ("chat.speaker", {"kind": "openai", "modle": "speaker"}),

@@ -29,9 +29,10 @@ def file_requirements() -> dict[str, Requirement]:
 
 
 def project_requirements() -> dict[str, Requirement]:
-    """The project's dependencies and its `train` extra's, as pyproject.toml states them."""
+    """The project's dependencies and its `train` and `wandb` extras', as pyproject.toml states them."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    specs = [*project["dependencies"], *project["optional-dependencies"]["train"]]
+    extras = project["optional-dependencies"]
+    specs = [*project["dependencies"], *extras["train"], *extras["wandb"]]
     return {(r := Requirement(spec)).name: r for spec in specs}
 
 
@@ -47,6 +48,18 @@ def test_the_vllm_environment_pins_one_release_on_the_projects_torch_and_transfo
     pinned, project = file_requirements(), project_requirements()
     assert str(pinned["vllm"].specifier).startswith("=="), f"vllm is not pinned to one release: {pinned['vllm']}"
     for name in ("torch", "transformers", "trl"):
+        assert pinned[name].specifier == project[name].specifier, (
+            f"{REQUIREMENTS.name} has {pinned[name]}, the project {project[name]}")
+
+
+def test_the_vllm_environment_can_train_a_step_that_imports_vllm():
+    """It is also the environment a trainer's `python:` names for use_vllm: everything the training step imports,
+    at the project's versions, and no prefect (whose fastapi range excludes vLLM's)."""
+    pinned, project = file_requirements(), project_requirements()
+    missing = sorted(set(project) - set(pinned) - {"prefect"})
+    assert not missing, f"{REQUIREMENTS.name} lacks what a training step needs: {missing}"
+    assert "prefect" not in pinned
+    for name in set(project) & set(pinned) - {"trl"}:  # trl is pinned with its vllm extra
         assert pinned[name].specifier == project[name].specifier, (
             f"{REQUIREMENTS.name} has {pinned[name]}, the project {project[name]}")
 
