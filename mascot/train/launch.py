@@ -55,15 +55,15 @@ def launched(config: TrainerConfig, train: Callable[..., Any], *args: Any, **kwa
     python = str(config.python or sys.executable)
     with tempfile.TemporaryDirectory(prefix="mascot-launch-") as folder:
         (Path(folder) / CALL).write_bytes(pickle.dumps((train, args, kwargs)))
-        launcher, where = [], f"in {python}"
+        launcher, where = [], [f"in {config.python}"] if config.python else []
         if config.accelerate_config is not None:
             launcher = ["-m", "accelerate.commands.launch", "--config_file", str(config.accelerate_config),
                         "--main_process_port", str(free_port())]
-            where = f"under `accelerate launch --config_file {config.accelerate_config}` {where}"
+            where.insert(0, f"under `accelerate launch --config_file {config.accelerate_config}`")
         finished = subprocess.run([python, *launcher, "-m", __name__, folder],
                                   env=launch_environment(config, Path(folder)), check=False)
         if finished.returncode != 0:
-            raise LaunchError(f"{train.__name__} {where} exited with status {finished.returncode}; the output of its "
+            raise LaunchError(f"{train.__name__} {' '.join(where)} exited with status {finished.returncode}; the output of its "
                               "processes is above. To train in the flow's process instead, remove accelerate_config "
                               "and python from the trainer's section")
         return pickle.loads((Path(folder) / RESULT).read_bytes())
