@@ -17,7 +17,7 @@ def plan(config: ConfigOption,
     """Print the requests per backend and their tokens, the API judges' cost at the config's list prices
     (plan.prices), the training steps, GPU-hours per stage (guessed rates unless plan.rates names measured ones)
     and each training step's peak memory per GPU, counted on the meta device. Reads no corpus and downloads
-    nothing; the contexts are data.corpus.limit. The evaluation's requests are not counted yet."""
+    nothing; the contexts are data.corpus.limit, and the evaluation's out-of-domain ones data.held_out's limits."""
     from mascot import plan as planning
     from mascot.config import RunConfig
     from mascot.roster import load_roster
@@ -37,12 +37,17 @@ def plan(config: ConfigOption,
     steps = planning.training(loaded, counts)
     console.print(f"[bold]{config}[/bold]: {counts.contexts:,} contexts ({counts.held_out:,} held out) x "
                   f"{counts.personas} personas", highlight=False)
+    if loaded.eval is not None:
+        console.print(f"The evaluation: {len(loaded.eval.systems)} systems x {counts.evaluated:,} contexts "
+                      f"({counts.held_out:,} held out, {counts.out_of_domain:,} of data.held_out) x "
+                      f"{len(loaded.eval.seeds)} seeds", highlight=False)
     console.print(_requests_table(work))
-    console.print(_costs_table(planning.api_costs(work, loaded.plan.prices)))
+    console.print(_costs_table(planning.api_costs_by_stage(work, loaded.plan.prices)))
     console.print(_training_table(steps))
     console.print(_hours_table(planning.gpu_hours(work, steps, rates), loaded.plan.rates))
     console.print(_memory_table(planning.memory(loaded, gpu_memory_gb * 1e9), gpu_memory_gb))
-    console.print("Not counted: the evaluation's conversations and scoring (mascot run evaluate).", highlight=False)
+    console.print("Not counted: MASCOT with the DPO Director unless eval.systems lists it, and the requests a judge "
+                  "or the Director repeats after an unusable reply.", highlight=False)
 
 
 def _requests_table(work) -> Table:
@@ -59,10 +64,15 @@ def _requests_table(work) -> Table:
 def _costs_table(costs: dict) -> Table:
     console.print("API cost at list price (completions at their max_new_tokens: an upper bound)", highlight=False)
     table = Table()
+    table.add_column("stage")
     table.add_column("model")
     table.add_column("USD", justify="right")
-    for model, cost in costs.items():
-        table.add_row(model, "no price in plan.prices" if cost is None else f"{cost:,.0f}")
+    for stage, models in costs.items():
+        for model, cost in models.items():
+            table.add_row(stage, model, "no price in plan.prices" if cost is None else f"{cost:,.0f}")
+    priced = [cost for models in costs.values() for cost in models.values() if cost is not None]
+    if len(priced) > 1:
+        table.add_row("all", "priced models", f"{sum(priced):,.0f}")
     return table
 
 

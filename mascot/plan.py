@@ -4,12 +4,17 @@ judges' cost at the config's list prices, the training steps, GPU-hours per stag
 Everything is counted from the config, without data or models: the contexts are `data.corpus.limit` (a plan
 needs one), the held-out share as `mascot.data.contexts` draws it, the parameters of each trained model by
 building it on the meta device from its shape (`MODEL_SHAPES`, or a local folder's config.json), so nothing is
-downloaded and no memory is taken. What a count cannot know before the run is an upper bound and says so (the
-preference pairs, which the judges' scores decide). Rates that turn work into hours are guesses
-(`GUESSED_RATES`) until the GPU smoke script measures them (`plan.rates`).
+downloaded and no memory is taken. What a count cannot know before the run is a bound and says so (the
+preference pairs, which the judges' scores decide; the Director's retried directives; a CoT turn's samplings).
+Rates that turn work into hours are guesses (`GUESSED_RATES`) until the GPU smoke script measures them
+(`plan.rates`).
 
 Counted: Stage 1 (sampling, judging, the Speaker's before/after), Stage 2's episodes, group judging, the
-Director's GRPO rollouts and its before/after. Not counted yet: the evaluation's conversations and scoring.
+Director's GRPO rollouts and its before/after, and the evaluation (`mascot.plan_evaluation`): every system's
+conversations over the held-out contexts and, with eval.out_of_domain, each data.held_out corpus's `limit` of
+contexts (a plan needs one), its judges' scoring, and the SFT baseline's training. Not counted: MASCOT with the DPO
+Director where eval.systems does not list it (the flow adds it where Stage 2 trained one), and requests that a
+judge or the Director repeats after an unusable reply.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from mascot.config import (
     SamplingParams,
     TrainerConfig,
 )
+from mascot.plan_evaluation import evaluation_asks
 
 # Guesses, for one H100, until benchmarks/gpu_smoke.py measures them: output tokens a second of a vLLM server
 # under a full batch, per model; seconds per optimisation step of each trainer at the paper profile's shapes;
@@ -49,6 +55,7 @@ GUESSED_RATES: dict[str, float] = {
     "prompt_tokens/director": 900.0,
     "prompt_tokens/user": 900.0,
     "prompt_tokens/group_judge": 2500.0,
+    "prompt_tokens/pairwise_judge": 5000.0,
 }
 
 # Shapes of the paper's models (their config.json), so that their parameters are counted without a download.
@@ -108,10 +115,16 @@ class Counts:
     contexts: int
     held_out: int
     personas: int
+    out_of_domain: int = 0  # the evaluation's contexts of data.held_out (their limits), where it plays them
 
     @property
     def train(self) -> int:
         return self.contexts - self.held_out
+
+    @property
+    def evaluated(self) -> int:
+        """Contexts every evaluated system plays once per seed: Stage 1's held-out ones, then data.held_out's."""
+        return self.held_out + self.out_of_domain
 
 
 def counts(config: RunConfig, personas: int) -> Counts:
@@ -122,7 +135,20 @@ def counts(config: RunConfig, personas: int) -> Counts:
     # As mascot.data.contexts.held_out_contexts draws it, over clusters; one context per cluster assumed (QMSum's
     # windows of one meeting share one, so there the split is near this, not exactly it).
     held = min(limit - 1, max(1, math.ceil(config.data.held_out_fraction * limit)))
-    return Counts(limit, held, personas)
+    return Counts(limit, held, personas, _out_of_domain(config))
+
+
+def _out_of_domain(config: RunConfig) -> int:
+    """The evaluation's contexts of data.held_out: each corpus's limit (the run keeps at most that many), where the
+    evaluation plays them (eval.out_of_domain)."""
+    if config.eval is None or not config.eval.out_of_domain:
+        return 0
+    for index, corpus in enumerate(config.data.held_out):
+        if corpus.limit is None:
+            raise PlanError(f"data.held_out[{index}].limit is not set, so the evaluation plays every context of "
+                            f"{corpus.source}:{corpus.split}, which a plan does not read: set it to the contexts "
+                            "the evaluation should play, or eval.out_of_domain to false")
+    return sum(corpus.limit for corpus in config.data.held_out)
 
 
 def _label(backend: BackendConfig) -> str:
@@ -154,6 +180,9 @@ def requests(config: RunConfig, c: Counts, rates: dict[str, float]) -> list[Work
              for judge in s1.judges if judge.backend is not None]
     if config.stage2 is not None:
         work += _stage2(config, c, rates)
+    if config.eval is not None:
+        work += [_work("eval", ask.step, ask.backend, ask.requests, ask.n, ask.kind, rates)
+                 for ask in evaluation_asks(config, c.evaluated)]
     return work
 
 
@@ -208,8 +237,10 @@ def training(config: RunConfig, c: Counts) -> list[Training]:
         group_pairs = c.train * e.states * e.branches * (e.branches - 1) // 2
         found.append(_epochs("stage2", "group_rm", t.group_rm, group_pairs))
         found.append(Training("stage2", "director", t.director.max_steps, False, _processes(t.director)))
-    if t.sft is not None:  # one example per training query: its best-judged candidate
-        found.append(_epochs("eval", "sft", t.sft, c.train * c.personas, bound=False))
+    if config.eval is not None and "sft" in config.eval.systems:
+        # one example per training context, its best-judged candidate over all personas: at most, since a context
+        # none of whose candidates was judged ok gives none (mascot.evaluation.baselines.best_candidates)
+        found.append(_epochs("eval", "sft", t.sft, c.train))
     return found
 
 
@@ -217,6 +248,12 @@ def _epochs(stage: str, name: str, trainer, examples: int, bound: bool = True) -
     processes = _processes(trainer)
     per_step = trainer.batch_size * trainer.gradient_accumulation_steps * processes
     return Training(stage, name, math.ceil(math.ceil(examples / per_step) * trainer.epochs), bound, processes)
+
+
+def api_costs_by_stage(work: list[Work], prices: dict) -> dict[str, dict[str, float | None]]:
+    """`api_costs` of each stage's requests, by stage."""
+    stages = dict.fromkeys(item.stage for item in work)
+    return {stage: costs for stage in stages if (costs := api_costs([w for w in work if w.stage == stage], prices))}
 
 
 def api_costs(work: list[Work], prices: dict) -> dict[str, float | None]:

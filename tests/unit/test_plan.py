@@ -5,6 +5,8 @@ configs/paper_meetings.yaml: 1,500 windows, 150 held out, 1,350 train; 4 persona
 Stage 2: 3 turns a block, 1 prefix block, 1 state, 4 branches of 3 blocks, a user turn after each block:
 39 turns and 13 user turns an episode. The Director: 300 steps x 8 x 4 completions x 4 rollouts = 38,400
 trajectories of 9 turns, the first directive sampled by GRPO and 8 made by the policy in-process.
+The evaluation: 10 systems (4 groups, 6 single assistants) x the held-out contexts and data.held_out's limit of 1,300
+x 3 seeds; 3 blocks, 3 companion turns a block for a group, 1 for a single assistant, the user's turn between two.
 """
 
 from __future__ import annotations
@@ -34,10 +36,12 @@ def _by_step(work: list[plan.Work]) -> dict[str, plan.Work]:
 
 
 # profile: (contexts, held out, personas, episode turns, user turns, trajectories judged, before/after rollouts,
-#           persona RM steps at most, group RM steps at most, SFT steps)
+#           persona RM steps at most, group RM steps at most, SFT steps at most)
+# SFT: one example per training context (its best-judged candidate), 32 a step (8 x 4), 2 epochs:
+#   paper.yaml ceil(1,800 / 32) = 57 x 2 = 114; paper_meetings.yaml ceil(1,350 / 32) = 43 x 2 = 86
 PROFILES = {
-    "paper.yaml": (2000, 200, 3, 78_000, 26_000, 8_000, 1_600, 4_725, 338, 338),
-    "paper_meetings.yaml": (1500, 150, 4, 58_500, 19_500, 6_000, 1_200, 4_725, 254, 338),
+    "paper.yaml": (2000, 200, 3, 78_000, 26_000, 8_000, 1_600, 4_725, 338, 114),
+    "paper_meetings.yaml": (1500, 150, 4, 58_500, 19_500, 6_000, 1_200, 4_725, 254, 86),
 }
 
 
@@ -68,7 +72,81 @@ def test_requests_and_steps_match_the_counts_by_hand(profile):
     steps = {step.name: step for step in plan.training(config, counts)}
     assert (steps["persona_rm"].steps, steps["persona_rm"].upper_bound) == (persona_rm, True)
     assert (steps["speaker"].steps, steps["director"].steps) == (500, 300)
-    assert steps["group_rm"].steps == group_rm and steps["sft"].steps == sft
+    assert steps["group_rm"].steps == group_rm
+    assert (steps["sft"].steps, steps["sft"].upper_bound) == (sft, True)
+
+
+GROUPS = ("mascot", "multi_agent", "mascot_p", "mascot_c")
+SINGLES = ("zero_shot", "zero_shot_cot", "few_shot", "few_shot_cot", "sft", "self_consistency")
+SERVED = "Qwen/Qwen3-8B @ http://127.0.0.1:8000/v1"
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_the_evaluations_requests_match_the_counts_by_hand(profile):
+    _, held, personas = PROFILES[profile][:3]
+    config = _config(profile)
+    counts = plan.counts(config, personas)
+    work = _by_step(plan.requests(config, counts, plan.GUESSED_RATES))
+    # Every system plays every evaluation context once per seed: the held-out contexts, then ESConv's (or QMSum
+    # test's) limit of 1,300 (data.held_out[0].limit, eval.out_of_domain true), each for 3 seeds (eval.seeds).
+    assert counts.evaluated == held + 1_300
+    conversations = (held + 1_300) * 3
+    # A conversation is 3 blocks (eval.blocks); a group answers a block with 3 companion turns
+    # (stage2.episodes.block_turns), a single assistant with 1; the user speaks between two blocks: 2 turns.
+    group_turns, single_turns, user_turns = 3 * 3, 3 * 1, 3 - 1
+    # The block's 768 tokens (3 turns x the Speaker's 256): a group's turn 256, a single assistant's reply 768
+    for system in GROUPS:
+        directives, replies = work[f"{system}: directives (at least)"], work[f"{system}: replies"]
+        assert directives.requests == replies.requests == conversations * group_turns
+        assert directives.max_output_tokens == conversations * group_turns * 128  # eval.director, stage2.director
+        assert replies.max_output_tokens == conversations * group_turns * 256
+        assert directives.backend == replies.backend == SERVED
+    for system in SINGLES:
+        assert f"{system}: directives (at least)" not in work  # a scripted Director asks nothing
+    for system in ("zero_shot", "few_shot", "sft"):
+        replies = work[f"{system}: replies"]
+        assert (replies.requests, replies.completions) == (conversations * single_turns,) * 2
+        assert replies.max_output_tokens == conversations * single_turns * 768
+    assert work["sft: replies"].backend == "Qwen/Qwen3-8B (in-process)"  # train.sft's adapter, eval.sft unset
+    for system in ("zero_shot_cot", "few_shot_cot"):
+        # up to 3 samplings a turn (eval.cot_attempts), each of 768 + 256 reasoning tokens (cot_reasoning_tokens)
+        replies = work[f"{system}: replies (at most)"]
+        assert replies.requests == conversations * single_turns * 3
+        assert replies.max_output_tokens == conversations * single_turns * 3 * (768 + 256)
+    consistency = work["self_consistency: replies"]  # 5 replies in one request (self_consistency_samples)
+    assert (consistency.requests, consistency.completions) == (conversations * single_turns,
+                                                               conversations * single_turns * 5)
+    for system in (*GROUPS, *SINGLES):
+        assert work[f"{system}: user turns"].requests == conversations * user_turns
+    # Scoring: each of the 3 persona-level judges reads every companion turn of every system's conversations,
+    # each of the 3 collective judges every conversation, and the pairwise judge the 9 baselines against MASCOT
+    # on every context and seed, in both orders.
+    for judge in ("gpt-4o", "gemma-3-27b", "phi-4"):
+        assert work[f"eval judge ({judge})"].requests == conversations * (4 * group_turns + 6 * single_turns)
+        assert work[f"eval group judge ({judge})"].requests == conversations * 10
+    pairwise = work["pairwise judge (llama-3.3-70b, both orders)"]
+    assert pairwise.requests == 9 * conversations * 2
+    assert not pairwise.api and work["eval judge (gpt-4o)"].api
+    assert {item.stage for item in work.values() if item.step.startswith(("eval judge", "pairwise"))} == {"eval"}
+
+
+def test_the_evaluation_without_out_of_domain_with_the_other_systems_and_one_block():
+    config = _config("paper.yaml")
+    config = config.model_copy(update={"eval": config.eval.model_copy(update={
+        "out_of_domain": False, "blocks": 1, "systems": ["mascot", "mascot_dpo", "mascot_c_generic"]})})
+    counts = plan.counts(config, 3)
+    assert (counts.out_of_domain, counts.evaluated) == (0, 200)
+    work = _by_step(plan.requests(config, counts, plan.GUESSED_RATES))
+    conversations = 200 * 3  # the held-out contexts only, x 3 seeds
+    assert work["mascot: directives (at least)"].requests == conversations * 3  # 1 block of 3 turns
+    # MASCOT with the DPO Director: train.director_dpo's model in this process (eval.director_dpo unset)
+    assert work["mascot_dpo: directives (at least)"].backend == "Qwen/Qwen3-8B (in-process)"
+    assert "mascot_c_generic: directives (at least)" not in work  # a random persona and the generic instruction
+    assert work["mascot_c_generic: replies"].requests == conversations * 3
+    assert not any(step.endswith("user turns") for step in work if work[step].stage == "eval")  # one block
+    assert work["pairwise judge (llama-3.3-70b, both orders)"].requests == 2 * conversations * 2
+    steps = {step.name for step in plan.training(config, counts)}
+    assert "sft" not in steps  # the SFT baseline is trained only where it is evaluated
 
 
 def test_the_api_judges_cost_at_the_configs_list_price():
@@ -79,7 +157,16 @@ def test_the_api_judges_cost_at_the_configs_list_price():
     #   Stage 1 judging   48,000 x (1,200 x 2.5 + 768 x 10) / 1e6 = 144 + 368.64
     #   before/after       1,200 x (1,200 x 2.5 + 768 x 10) / 1e6 = 3.6 + 9.216
     #   group judging      8,000 x (2,500 x 2.5 + 768 x 10) / 1e6 = 50 + 61.44
-    assert plan.api_costs(work, config.plan.prices) == {"gpt-4o-2024-08-06": pytest.approx(636.896)}
+    # The evaluation, 4,500 conversations a system ((200 + 1,300) contexts x 3 seeds):
+    #   persona judging  243,000 companion turns (4,500 x (4 groups x 9 + 6 assistants x 3)) x 10.68e-3 = 2,595.24
+    #   collective        45,000 conversations (4,500 x 10 systems) x (2,500 x 2.5 + 768 x 10) / 1e6 = 626.85
+    stage1, stage2, evaluation = 525.456, 111.44, 2_595.24 + 626.85
+    by_stage = plan.api_costs_by_stage(work, config.plan.prices)
+    assert by_stage == {"stage1": {"gpt-4o-2024-08-06": pytest.approx(stage1)},
+                        "stage2": {"gpt-4o-2024-08-06": pytest.approx(stage2)},
+                        "eval": {"gpt-4o-2024-08-06": pytest.approx(evaluation)}}
+    assert plan.api_costs(work, config.plan.prices) == {"gpt-4o-2024-08-06": pytest.approx(stage1 + stage2
+                                                                                            + evaluation)}
     assert plan.api_costs(work, {}) == {"gpt-4o-2024-08-06": None}
 
 
@@ -106,9 +193,11 @@ def test_parameters_and_memory_are_counted_on_the_meta_device():
 def test_the_command_prints_its_tables_and_refuses_a_config_without_a_limit(tmp_path):
     result = runner.invoke(app, ["plan", "--config", str(REPO / "configs" / "paper.yaml")], env={"COLUMNS": "240"})
     assert result.exit_code == 0, result.output
-    for fragment in ("2,000 contexts (200 held out) x 3 personas", "at most 4,725", "637", "GPU-hours",
-                     "guessed rates", "63.4", "Not counted: the evaluation"):
+    evaluated = "10 systems x 1,500 contexts (200 held out, 1,300 of data.held_out) x 3 seeds"
+    for fragment in ("2,000 contexts (200 held out) x 3 personas", "at most 4,725", "525", "GPU-hours",
+                     "guessed rates", "63.4", evaluated, "mascot: directives (at least)", "3,222", "3,859", "at most 114"):
         assert fragment in result.output, fragment
+    assert re.search(r"│ eval +│ +\d", result.output), "no GPU-hours row for the evaluation"
     text = (REPO / "configs" / "paper.yaml").read_text()
     unlimited = tmp_path / "configs" / "unlimited.yaml"
     unlimited.parent.mkdir()
@@ -116,4 +205,9 @@ def test_the_command_prints_its_tables_and_refuses_a_config_without_a_limit(tmp_
     result = runner.invoke(app, ["plan", "--config", str(unlimited)])
     assert result.exit_code == 2 and "data.corpus.limit is not set" in result.output, result.output
     assert "Traceback" not in result.output
+    # Nor does it read an out-of-domain corpus the evaluation would play whole.
+    unlimited.write_text(text.replace("      limit: 1300", "      # limit: 1300").replace(
+        "rosters/", f"{REPO}/configs/rosters/"))
+    result = runner.invoke(app, ["plan", "--config", str(unlimited)])
+    assert result.exit_code == 2 and "data.held_out[0].limit is not set" in result.output, result.output
     assert "--config" in runner.invoke(app, ["plan", "--help"]).output
