@@ -47,7 +47,9 @@ def plan(config: ConfigOption,
     console.print(_hours_table(planning.gpu_hours(work, steps, rates), loaded.plan.rates))
     console.print(_memory_table(planning.memory(loaded, gpu_memory_gb * 1e9), gpu_memory_gb))
     console.print("Not counted: MASCOT with the DPO Director unless eval.systems lists it, and the requests a judge "
-                  "or the Director repeats after an unusable reply.", highlight=False)
+                  "or the Director repeats after an unusable reply. Counted though the request cache answers them: "
+                  "the evaluation's repeated requests (MASCOT-P's and MASCOT-C's first directives are MASCOT's).",
+                  highlight=False)
 
 
 def _requests_table(work) -> Table:

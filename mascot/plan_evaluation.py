@@ -14,7 +14,9 @@ Scoring: every persona-level judge reads every companion turn, every collective 
 pairwise judge each baseline's conversation against MASCOT's of the same context and seed, in both orders. A judge
 that is not an LLM (heuristic) asks nothing. A directive is counted once (at least: an unusable one is asked again,
 up to stage2.episodes.max_directive_attempts), a CoT turn at its most, and a judgment once (an unusable reply is
-asked again, up to the judge's max_attempts).
+asked again, up to the judge's max_attempts). These are the requests asked: the request cache answers a repeated one
+without sending it (MASCOT-P's and MASCOT-C's first directive of each conversation is MASCOT's, and MASCOT-C's later
+turns are MASCOT's wherever its random persona is the one MASCOT's Director named), so a server sees at most these.
 """
 
 from __future__ import annotations
