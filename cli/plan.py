@@ -72,6 +72,8 @@ def _costs_table(costs: dict) -> Table:
     for stage, models in costs.items():
         for model, cost in models.items():
             table.add_row(stage, model, "no price in plan.prices" if cost is None else f"{cost:,.0f}")
+    if not costs:
+        table.add_row("all", "no API model", "0")
     priced = [cost for models in costs.values() for cost in models.values() if cost is not None]
     if len(priced) > 1:
         table.add_row("all", "priced models", f"{sum(priced):,.0f}")

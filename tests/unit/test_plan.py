@@ -11,6 +11,7 @@ x 3 seeds; 3 blocks, 3 companion turns a block for a group, 1 for a single assis
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -147,6 +148,29 @@ def test_the_evaluation_without_out_of_domain_with_the_other_systems_and_one_blo
     assert work["pairwise judge (llama-3.3-70b, both orders)"].requests == 2 * conversations * 2
     steps = {step.name for step in plan.training(config, counts)}
     assert "sft" not in steps  # the SFT baseline is trained only where it is evaluated
+
+
+def test_the_tiny_profiles_evaluation_by_hand():
+    config = _config("tiny.yaml")
+    counts = plan.counts(config, 3)
+    work = _by_step(plan.requests(config, counts, plan.GUESSED_RATES))
+    # 10 held-out contexts (ceil(0.25 x 40)) and the ESConv sample's 12 (data.held_out[0].limit), 1 seed
+    conversations = (10 + 12) * 1
+    group_turns, single_turns, user_turns = 2 * 2, 2 * 1, 2 - 1  # 2 blocks, 2 turns a group's block
+    # The block's 80 tokens: 2 turns x the trained Speaker's 40 (train.speaker.max_completion_length, in this process)
+    for system in GROUPS:
+        assert work[f"{system}: directives (at least)"].requests == conversations * group_turns
+        assert work[f"{system}: replies"].max_output_tokens == conversations * group_turns * 40
+    assert work["zero_shot: replies"].max_output_tokens == conversations * single_turns * 80
+    cot = work["few_shot_cot: replies (at most)"]  # 1 sampling a turn (cot_attempts), 80 + 16 reasoning tokens
+    assert (cot.requests, cot.max_output_tokens) == (conversations * single_turns, conversations * single_turns * 96)
+    assert work["self_consistency: replies"].completions == conversations * single_turns * 4
+    assert work["sft: user turns"].requests == conversations * user_turns
+    # Its judges are heuristic: they ask no model, so no judging row and no API cost
+    assert not [step for step in work if step.startswith(("eval judge", "eval group judge", "pairwise"))]
+    assert plan.api_costs_by_stage(list(work.values()), config.plan.prices) == {}
+    sft = {step.name: step for step in plan.training(config, counts)}["sft"]
+    assert (sft.steps, sft.upper_bound) == (math.ceil(30 / 8) * 3, True)  # 30 training contexts, 8 a step, 3 epochs
 
 
 def test_the_api_judges_cost_at_the_configs_list_price():
