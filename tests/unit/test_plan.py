@@ -134,18 +134,22 @@ def test_the_evaluations_requests_match_the_counts_by_hand(profile):
 def test_the_evaluation_without_out_of_domain_with_the_other_systems_and_one_block():
     config = _config("paper.yaml")
     config = config.model_copy(update={"eval": config.eval.model_copy(update={
-        "out_of_domain": False, "blocks": 1, "systems": ["mascot", "mascot_dpo", "mascot_c_generic"]})})
+        "out_of_domain": False, "blocks": 1, "block_turns": 2, "block_tokens": 200,
+        "systems": ["mascot", "mascot_dpo", "mascot_c_generic", "zero_shot"]})})
     counts = plan.counts(config, 3)
     assert (counts.out_of_domain, counts.evaluated) == (0, 200)
     work = _by_step(plan.requests(config, counts, plan.GUESSED_RATES))
     conversations = 200 * 3  # the held-out contexts only, x 3 seeds
-    assert work["mascot: directives (at least)"].requests == conversations * 3  # 1 block of 3 turns
+    assert work["mascot: directives (at least)"].requests == conversations * 2  # 1 block of 2 turns (eval.block_turns)
+    # eval.block_tokens 200: a group's turn 100 tokens, the single assistant's one reply all 200
+    assert work["mascot: replies"].max_output_tokens == conversations * 2 * 100
+    assert work["zero_shot: replies"].max_output_tokens == conversations * 1 * 200
     # MASCOT with the DPO Director: train.director_dpo's model in this process (eval.director_dpo unset)
     assert work["mascot_dpo: directives (at least)"].backend == "Qwen/Qwen3-8B (in-process)"
     assert "mascot_c_generic: directives (at least)" not in work  # a random persona and the generic instruction
-    assert work["mascot_c_generic: replies"].requests == conversations * 3
+    assert work["mascot_c_generic: replies"].requests == conversations * 2
     assert not any(step.endswith("user turns") for step in work if work[step].stage == "eval")  # one block
-    assert work["pairwise judge (llama-3.3-70b, both orders)"].requests == 2 * conversations * 2
+    assert work["pairwise judge (llama-3.3-70b, both orders)"].requests == 3 * conversations * 2
     steps = {step.name for step in plan.training(config, counts)}
     assert "sft" not in steps  # the SFT baseline is trained only where it is evaluated
 
