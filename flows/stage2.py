@@ -30,7 +30,7 @@ from mascot.roster import load_roster, load_user_profiles
 from mascot.stage2.branching import CastSpec, Setting
 from mascot.stage2.director import DIRECTORS, dpo_policy
 from mascot.stage2.director_eval import Directors
-from mascot.train.grpo import policy_backend
+from mascot.train.grpo import policy_backend, served_policy
 from tasks import stage2 as steps
 from tasks.models import build_tiny_models
 from tasks.serving import needs_adapter, serve_adapter, serves
@@ -99,7 +99,9 @@ def stage2(config_path: str, run_name: str | None = None, director_method: Direc
                 policy = dpo_policy(train)
             artifacts[f"stage2/{name}"] = director
             run.record(artifacts)
-            directors = Directors(policy=policy, adapter=director, weights=train.director.reward_weights)
+            # On the serving engine where it loads adapters: no copy of the policy's base model in this process.
+            directors = Directors(policy=policy, adapter=director, weights=train.director.reward_weights,
+                                  server=served_policy(policy, stage.director), role=name)
             scored = steps.evaluate_directors(train.director_eval, directors, setting, episodes, group_rm,
                                               run.path("stage2", f"{name}_eval-scored.parquet"))
             artifacts[f"stage2/{name}_eval"] = steps.compare_directors(train.director_eval, config.run.seed, scored,

@@ -31,6 +31,8 @@ from pathlib import Path
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from mascot.artifacts import path_sha256
+
 
 @dataclass(frozen=True)
 class LoraModule:
@@ -67,6 +69,13 @@ class TransformersEngine:
                                 stop=body.get("stop") or [], chat_template_kwargs=body.get("chat_template_kwargs") or {})
         return await self._backends[adapter].generate(messages, n, params, body.get("seed") or 0)
 
+    def forget(self, adapter: str) -> None:
+        """Release an unloaded adapter's model, as vLLM frees its slot."""
+        from mascot.llm.transformers_backend import unload_adapter
+
+        if self._backends.pop(adapter, None) is not None:
+            unload_adapter(adapter)
+
 
 @dataclass
 class ServedModels:
@@ -79,6 +88,8 @@ class ServedModels:
     modules: dict[str, LoraModule] = field(default_factory=dict)
     loads: list[str] = field(default_factory=list)  # every name loaded at runtime, in order
     unloads: list[str] = field(default_factory=list)
+    # The content hash (mascot.artifacts.path_sha256) of each name's folder when it was loaded at runtime.
+    contents: dict[str, str] = field(default_factory=dict)
 
     def add(self, name: str, path: str | Path) -> LoraModule | None:
         """Load an adapter as `name` (vLLM's --lora-modules name=path); None when `path` holds no adapter."""
@@ -138,6 +149,7 @@ def add_lora_routes(app: FastAPI, served: ServedModels) -> None:
         if served.add(name, path) is None:
             return vllm_error(404, f"Loading lora {name} failed: No adapter found for {path}", "NotFoundError")
         served.loads.append(name)
+        served.contents[name] = path_sha256(Path(path))
         return PlainTextResponse(f"Success: LoRA adapter '{name}' added successfully.")
 
     @app.post("/v1/unload_lora_adapter")
@@ -150,8 +162,10 @@ def add_lora_routes(app: FastAPI, served: ServedModels) -> None:
             return vllm_error(400, "either 'lora_name' and 'lora_int_id' needs to be provided.", "InvalidUserInput")
         if name not in served.modules:
             return vllm_error(404, f"The lora adapter '{name}' cannot be found.", "NotFoundError")
-        del served.modules[name]
+        module = served.modules.pop(name)
         served.unloads.append(name)
+        if served.engine is not None:
+            served.engine.forget(module.path)
         return PlainTextResponse(f"Success: LoRA adapter '{name}' removed successfully.")
 
 

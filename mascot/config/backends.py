@@ -56,7 +56,9 @@ class BackendConfig(Section):
         default=False, description="openai, for a trained role (stage2.speaker, eval.speaker, eval.director, chat's): "
         "the flow loads the run's adapter into the server (vLLM's /v1/load_lora_adapter) as <role>-<its hash> "
         "before the first request, and `model` is the server's base model. Without it, `model` names a LoRA module "
-        "the server already serves (--lora-modules).")
+        "the server already serves (--lora-modules). On stage2.director (the base Director, `model` the base): the "
+        "Director's GRPO policy snapshots and its before/after comparison are sampled on this server, each snapshot "
+        "loaded as director-<its hash> and unloaded when training moves past it, instead of in the trainer's process.")
     adapter_sha256: str | None = Field(
         default=None, pattern=r"^[0-9a-f]{64}$", description="Set by the flow, not in a config: the content hash of "
         "the adapter a served name stands for, part of every request's cache key.")

@@ -14,6 +14,10 @@ server. `serve_adapter` turns the role's configured backend into the one its req
 
 Either way the returned backend carries the adapter's SHA-256 (`adapter_sha256`), which the request cache keys
 every request by: a retrained adapter served under an old name is never answered from the old one's records.
+
+A policy in training (the GRPO Director's snapshots, one per step) is served the same way where its base model's
+server loads adapters (`loads_adapters`): `ServedSnapshots` loads each snapshot under its content's name and
+unloads the one before it.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from pathlib import Path
 import httpx
 import tenacity
 
-from mascot.artifacts import Artifact
+from mascot.artifacts import Artifact, dir_artifact
 from mascot.config import BackendConfig, RunConfig
 from mascot.config.loading import backends
 from mascot.yamlio import Problem, YamlDocument
@@ -61,15 +65,60 @@ def serve_adapter(config: BackendConfig, role: str, adapter: Artifact | None, ru
     if adapter is None:
         raise AdapterServingError(f"{role} says load_adapter: true, but the run has no trained {role} adapter to load; "
                                   "run the stage that trains it first")
-    name, folder = served_name(role, adapter), adapter.verified().resolve()
-    if name not in server.names():
-        server.load(name, folder, config, role)
-        if name not in server.names():
-            raise AdapterServingError(f"{server.url} answered that it loaded {name} from {folder}, but /v1/models "
-                                      "does not list it; is base_url a load balancer over several servers?")
-    for stale in server.retired(role, name, run_root.resolve()):
+    adapter.verified()
+    served = served_adapter(config, role, adapter, server)
+    for stale in server.retired(role, served.model, run_root.resolve()):
         server.unload(stale)
+    return served
+
+
+def loads_adapters(config: BackendConfig | None) -> bool:
+    """Whether the flow loads adapters into `config`'s server at runtime (an OpenAI-compatible server, with
+    `load_adapter`): the condition under which a trained role, or a policy in training, is sampled there."""
+    return config is not None and config.kind == "openai" and config.load_adapter
+
+
+def served_adapter(config: BackendConfig, role: str, adapter: Artifact,
+                   server: ServerModels | None = None) -> BackendConfig:
+    """`config` (a server that loads adapters at runtime) answering as `adapter`, named `<role>-<its hash>`: loaded
+    into the server unless it lists that name already (a resumed run's, or an earlier step's of this one)."""
+    name, server = served_name(role, adapter), server or ServerModels(config)
+    server.ensure(name, adapter.path.resolve(), config, role)
     return config.model_copy(update={"model": name, "adapter_sha256": adapter.sha256, "load_adapter": False})
+
+
+class ServedSnapshots:
+    """A policy in training, sampled on the server that serves its base model rather than in this process.
+
+    `backend(folder)` is the policy as a snapshot folder holds it (`mascot.train.grpo.PolicySnapshots`, one per
+    optimisation step): loaded into the server as `<role>-<first 8 hex digits of its content hash>` the first time
+    it is asked for, and the snapshot before it unloaded (vLLM's `/v1/unload_lora_adapter`), so that a run of
+    many steps holds one of the server's LoRA slots, never a name whose folder training has removed. The name and
+    the requests' cache key carry the snapshot's content: two steps' weights never share a name or a record, and
+    a resumed run asks for a step it had reached under the same name, answered from the request cache.
+    `close()` unloads the last one when training ends.
+    """
+
+    def __init__(self, config: BackendConfig, role: str):
+        if not loads_adapters(config):
+            raise ValueError(f"ServedSnapshots needs a server that loads adapters (kind: openai, load_adapter: true), "
+                             f"not {config.kind} {config.model}")
+        self.config, self.role, self.server = config, role, ServerModels(config)
+        self._current: tuple[Path, BackendConfig] | None = None
+
+    def backend(self, folder: Path) -> BackendConfig:
+        if self._current is not None and self._current[0] == folder:
+            return self._current[1]
+        served = served_adapter(self.config, self.role, dir_artifact(folder), self.server)
+        previous, self._current = self._current, (folder, served)
+        if previous is not None and previous[1].model != served.model:
+            self.server.unload(previous[1].model)
+        return served
+
+    def close(self) -> None:
+        if self._current is not None:
+            self.server.unload(self._current[1].model)
+            self._current = None
 
 
 class AdapterNotServed(AdapterServingError):
@@ -158,6 +207,15 @@ class ServerModels:
         if response.status_code != 200 and "already been loaded" not in response.text:  # a resume, or another run
             raise AdapterServingError(f"the server at {self.url} could not load the {role} adapter {folder} as "
                                       f"{name}: HTTP {response.status_code}: {response.text[:500]}")
+
+    def ensure(self, name: str, folder: Path, config: BackendConfig, role: str) -> None:
+        """`folder` served as `name`: loaded unless the server lists that name already (a resumed run's)."""
+        if name in self.names():
+            return
+        self.load(name, folder, config, role)
+        if name not in self.names():
+            raise AdapterServingError(f"{self.url} answered that it loaded {name} from {folder}, but /v1/models "
+                                      "does not list it; is base_url a load balancer over several servers?")
 
     def retired(self, role: str, keep: str, run_root: Path) -> list[str]:
         """The role's other names that this run loaded (their folders lie in its run directory): adapters it no

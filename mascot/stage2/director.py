@@ -5,7 +5,11 @@ training contexts' episodes). Each sampled directive is read as written (`read_r
 means the flagged fallback, no retry), and it opens a trajectory from its state to the episode's
 end (`TrajectoryRollouts`). In `trajectory` mode the policy being trained makes every later
 directive of that trajectory: it samples from the adapter as it stands at this optimisation step
-(`mascot.train.grpo.PolicySnapshots`), read as written too. In `block` mode the trajectory is one
+(`mascot.train.grpo.PolicySnapshots`), read as written too. Where the base Director's server loads adapters
+(`stage2.director` with `load_adapter`, the paper profile's vLLM), each step's snapshot is hot-loaded there as a
+LoRA module named by its content hash and the later directives are requested from it
+(`mascot.llm.served_adapters.ServedSnapshots`); elsewhere (the tiny profile) the snapshot is merged into a copy of
+the base model in this process. In `block` mode the trajectory is one
 block and the base Director plays the rest of it. The reward is the group reward model's score of
 the whole trajectory (the mean over `rollouts` rollouts), z-scored on the model's training pairs
 (`score_scale`: a raw logit's scale differs from one training run to the next), plus a small format
@@ -39,11 +43,12 @@ from mascot.dialogue.directives import director_messages, read_reply
 from mascot.dialogue.episodes import Episode
 from mascot.dialogue.turns import Turn
 from mascot.llm import shared_cache
+from mascot.llm.served_adapters import ServedSnapshots
 from mascot.queries import context_ids
 from mascot.stage2.branching import Setting, StoredState, play_trajectory, read_states
 from mascot.stage2.trajectories import directive_pairs, trajectory_prompt, trajectory_text
 from mascot.train.dpo import train_dpo_policy
-from mascot.train.grpo import PolicySnapshots, policy_backend, train_grpo_policy
+from mascot.train.grpo import PolicySnapshots, policy_backend, served_policy, train_grpo_policy
 from mascot.train.reward_model import RewardModelScorer, preference_records, score_scale
 from mascot.train.runtime import TrainingSetupError, checkpoint_dir, trainer_device
 
@@ -172,14 +177,25 @@ def train_director(config: DirectorConfig, setting: Setting, episodes: Artifact,
     checkpoints = checkpoint_dir(out, config, setting, episodes, group_rm)
     mode = setting.episodes.mode
     snapshots = PolicySnapshots(checkpoints / "policy") if mode == "trajectory" else None
+    served = served_policy(config, setting.cast.director) if snapshots else None
+    on_server = ServedSnapshots(served, "director") if served else None
     rollouts = TrajectoryRollouts(setting, training, group_rm.verified(), trainer_device(config))
-    reward = TrajectoryReward(rollouts, config.rollouts,
-                              lambda: policy_backend(config, snapshots.current()) if snapshots else None)
+
+    def policy() -> BackendConfig | None:  # the later directives' Director: this step's snapshot
+        if snapshots is None:
+            return None
+        return on_server.backend(snapshots.current()) if on_server else policy_backend(config, snapshots.current())
+
+    reward = TrajectoryReward(rollouts, config.rollouts, policy)
     weights = [config.reward_weights.group_rm, config.reward_weights.format]
-    return train_grpo_policy(config, prompts, reward.functions, weights, out, checkpoints, name="director",
-                             snapshots=snapshots,
-                             details={"mode": mode, "trajectory_blocks": setting.episodes.trajectory_blocks,
-                                      "held_out_states": sorted(s.id for s in held_out)})
+    try:
+        return train_grpo_policy(config, prompts, reward.functions, weights, out, checkpoints, name="director",
+                                 snapshots=snapshots,
+                                 details={"mode": mode, "trajectory_blocks": setting.episodes.trajectory_blocks,
+                                          "held_out_states": sorted(s.id for s in held_out)})
+    finally:
+        if on_server:
+            on_server.close()
 
 
 def train_director_dpo(config: DirectorDPOConfig, pairs: Artifact, contexts: Artifact, episodes: EpisodeConfig,

@@ -1,7 +1,8 @@
 """Evidence that the Director learned: the base Director and the trained one on held-out states.
 
 Both policies sample `samples_per_prompt` directives for every held-out state with the same
-request seeds. Every sample is read as written and scored by the Director's reward as during
+request seeds: on the serving engine where the base Director's server loads adapters (the trained one as a
+LoRA module there), else in this process (`Directors`). Every sample is read as written and scored by the Director's reward as during
 training (`mascot.stage2.director.TrajectoryRollouts`): the trajectory it opens, played to the
 episode's end, in `trajectory` mode with the same policy making every later directive; its
 validity (1 when the sampled directive itself is valid, the format reward); and the group reward model's
@@ -22,9 +23,16 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict
 
 from mascot.artifacts import Artifact, atomic_dir, dir_artifact, write_json, write_parquet
-from mascot.config import BeforeAfterConfig, DirectorEvalConfig, DirectorRewardWeights, GRPOPolicyConfig
+from mascot.config import (
+    BackendConfig,
+    BeforeAfterConfig,
+    DirectorEvalConfig,
+    DirectorRewardWeights,
+    GRPOPolicyConfig,
+)
 from mascot.dialogue.directives import director_messages
 from mascot.llm import make_backend
+from mascot.llm.served_adapters import served_adapter
 from mascot.llm.transformers_backend import models_released
 from mascot.progress import cache_hits, shard_progress
 from mascot.queries import context_ids, request_seed
@@ -40,16 +48,23 @@ SCORES = ("reward", "group_rm", "format")
 
 class Directors(BaseModel):
     """The two Directors compared: the policy's base model, and with the trained adapter; and how a directive
-    is rewarded (as in GRPO's training)."""
+    is rewarded (as in GRPO's training). Both sample on `server` where one is given (the policy's base model on
+    the serving engine, `mascot.train.grpo.served_policy`), the trained one as the adapter loaded there under
+    `<role>-<its hash>`, the name the evaluation's and the chat's requests use too; else in this process."""
 
     model_config = ConfigDict(frozen=True)
 
     policy: GRPOPolicyConfig
     adapter: Artifact
     weights: DirectorRewardWeights
+    server: BackendConfig | None = None
+    role: str = "director"
 
-    def backend(self, name: str):
-        return policy_backend(self.policy, self.adapter.verified() if name == "director" else None)
+    def backend(self, name: str) -> BackendConfig:
+        trained = self.adapter.verified() if name == "director" else None
+        if self.server is None:
+            return policy_backend(self.policy, trained)
+        return served_adapter(self.server, self.role, self.adapter) if trained else self.server
 
 
 def evaluate_directors(evaluation: DirectorEvalConfig, directors: Directors, setting: Setting, episodes: Artifact,

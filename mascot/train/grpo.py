@@ -21,6 +21,7 @@ from typing import Any
 
 from mascot.artifacts import Artifact, atomic_dir, dir_artifact, write_json
 from mascot.config import BackendConfig, GRPOPolicyConfig, SamplingParams
+from mascot.llm.served_adapters import loads_adapters
 from mascot.torch_runtime import quiet_transformers, require_torch
 from mascot.train.lora import count_trainable_parameters, normalize_adapter_config, peft_lora_config
 from mascot.train.runtime import (
@@ -144,13 +145,24 @@ def grpo_args(config: GRPOPolicyConfig, checkpoints: Path, weights: Sequence[flo
     )
 
 
+def policy_params(policy: GRPOPolicyConfig) -> SamplingParams:
+    """How the policy samples: as GRPO's rollouts did."""
+    return SamplingParams(temperature=policy.temperature, top_p=policy.top_p, top_k=policy.top_k, min_p=policy.min_p,
+                          max_new_tokens=policy.max_completion_length, chat_template_kwargs=policy.chat_template_kwargs)
+
+
 def policy_backend(policy: GRPOPolicyConfig, adapter: Path | None = None) -> BackendConfig:
     """The policy's base model in this process, sampling as GRPO's rollouts did; with `adapter`, the trained one."""
-    params = SamplingParams(temperature=policy.temperature, top_p=policy.top_p, top_k=policy.top_k, min_p=policy.min_p,
-                            max_new_tokens=policy.max_completion_length,
-                            chat_template_kwargs=policy.chat_template_kwargs)
     return BackendConfig(kind="transformers", model=policy.model, adapter=adapter, device=trainer_device(policy),
-                         params=params)
+                         params=policy_params(policy))
+
+
+def served_policy(policy: GRPOPolicyConfig, server: BackendConfig | None) -> BackendConfig | None:
+    """The policy's base model on `server`, sampling as GRPO's rollouts did, where the flow loads adapters into that
+    server (`mascot.llm.served_adapters.loads_adapters`): its snapshots and trained adapter are sampled there, as
+    LoRA modules of the base model the server already holds, not as a second copy of it in this process. The
+    server's model must be the policy's base (`policy.model`). None where it loads none: they sample in this process."""
+    return server.model_copy(update={"params": policy_params(policy)}) if loads_adapters(server) else None
 
 
 def _require_vllm() -> None:
