@@ -36,6 +36,8 @@ from mascot.config import (
     TrainerConfig,
 )
 from mascot.plan_evaluation import evaluation_asks
+from mascot.llm.served_adapters import loads_adapters
+from mascot.train.grpo import served_policy
 
 # Guesses, for one H100, until benchmarks/gpu_smoke.py measures them: output tokens a second of a vLLM server
 # under a full batch, per model; seconds per optimisation step of each trainer at the paper profile's shapes;
@@ -208,8 +210,10 @@ def _stage2(config: RunConfig, c: Counts, rates: dict[str, float]) -> list[Work]
             * config.train.director_eval.rollouts
         for step, count in (("director GRPO rollouts", rolled), ("director before/after rollouts", evaluated)):
             later = count * (blocks * e.block_turns - 1)  # the sampled directive opens it; the policy makes the rest
-            policy = BackendConfig(kind="transformers", model=director.model,
-                                   params=SamplingParams(max_new_tokens=director.max_completion_length))
+            # On the base Director's server where it loads the policy's snapshots (served_policy), else in-process.
+            policy = served_policy(director, s2.director) or BackendConfig(
+                kind="transformers", model=director.model,
+                params=SamplingParams(max_new_tokens=director.max_completion_length))
             work += [_work("stage2", f"{step}: directives", policy, later, 1, "director", rates),
                      _work("stage2", f"{step}: replies", speaker, count * blocks * e.block_turns, 1, "speaker",
                            rates)]
@@ -336,7 +340,7 @@ def memory(config: RunConfig, gpu_bytes: float = GPU_BYTES) -> list[Memory]:
     (16 bytes a parameter: weights, gradients, two moments); a LoRA policy keeps its base frozen in bf16 (2 bytes,
     4 without bf16) and trains its adapter at 16; beside it sit TRL's colocated vLLM (its share of the GPU) and the
     step's scorers (the reward model in float32, and in the Director's trajectory mode an in-process copy of the
-    policy). Left out: activations, which gradient checkpointing keeps to about a layer's, the logits of a batch
+    policy, unless its snapshots are loaded into the base Director's server). Left out: activations, which gradient checkpointing keeps to about a layer's, the logits of a batch
     (batch x length x vocabulary in float32), the CUDA context (about 0.5 GB) and the allocator's fragmentation."""
     rows, t = [], config.train
     scorers = {name: model_shape(rm.model) for name, rm in (("persona_rm", t.persona_rm), ("group_rm", t.group_rm))
@@ -359,7 +363,8 @@ def memory(config: RunConfig, gpu_bytes: float = GPU_BYTES) -> list[Memory]:
         extra = scorer("persona_rm") if name == "speaker" else 0
         if name == "director":
             extra = scorer("group_rm")
-            if config.stage2 is not None and config.stage2.episodes.mode == "trajectory":
+            if config.stage2 is not None and config.stage2.episodes.mode == "trajectory" \
+                    and not loads_adapters(config.stage2.director):  # else the snapshots are the server's
                 extra += 2 * shape.total  # the policy snapshot, merged, in the checkpoint's bf16
         rows.append(Memory(name, 16 * adapter, (2 if trainer.bf16 else 4) * shape.total, engine, extra))
     return rows

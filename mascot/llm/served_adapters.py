@@ -109,7 +109,14 @@ class ServedSnapshots:
     def backend(self, folder: Path) -> BackendConfig:
         if self._current is not None and self._current[0] == folder:
             return self._current[1]
-        served = served_adapter(self.config, self.role, dir_artifact(folder), self.server)
+        try:
+            served = served_adapter(self.config, self.role, dir_artifact(folder), self.server)
+        except NoRuntimeLoading as exc:  # a snapshot changes every step: serving it by hand is no way out
+            raise NoRuntimeLoading(
+                f"the server at {self.server.url} does not load LoRA adapters at runtime, so the {self.role}'s policy "
+                f"snapshots cannot be sampled there. Restart it so that it does: `{RUNTIME_VARIABLE}=True vllm serve "
+                f"{self.config.model} --enable-lora`; or set stage2.director's load_adapter: false, so that the "
+                "snapshots are sampled in the trainer's process (a second copy of the base model there)") from exc
         previous, self._current = self._current, (folder, served)
         if previous is not None and previous[1].model != served.model:
             self.server.unload(previous[1].model)
@@ -119,6 +126,10 @@ class ServedSnapshots:
         if self._current is not None:
             self.server.unload(self._current[1].model)
             self._current = None
+
+
+class NoRuntimeLoading(AdapterServingError):
+    """The server has no dynamic LoRA endpoints (vLLM without VLLM_ALLOW_RUNTIME_LORA_UPDATING)."""
 
 
 class AdapterNotServed(AdapterServingError):
@@ -198,7 +209,7 @@ class ServerModels:
     def load(self, name: str, folder: Path, config: BackendConfig, role: str) -> None:
         response = self._request("POST", "/load_lora_adapter", json={"lora_name": name, "lora_path": str(folder)})
         if response.status_code == 404 and response.text.startswith('{"detail":"Not Found"'):  # no such route
-            raise AdapterServingError(
+            raise NoRuntimeLoading(
                 f"the server at {self.url} does not load LoRA adapters at runtime, so the flow cannot give it the "
                 f"{role} adapter {folder}. Restart it so that it does: `{RUNTIME_VARIABLE}=True vllm serve "
                 f"{config.model} --enable-lora`; or serve the adapter yourself: `vllm serve {config.model} "

@@ -48,6 +48,16 @@ def served_names(run: Path) -> list[str]:
             for role, artifact in (("speaker", "stage1/speaker"), ("director", "stage2/director"))]
 
 
+def policy_snapshots(served: ServedModels, config: dict) -> list[str]:
+    """The Director's GRPO snapshots the flow loaded, after the Speaker: one a step, each named by its folder's
+    content and unloaded once the next step's (or the end of training) replaced it."""
+    snapshots = [name for name in served.loads if name.startswith("director-")][:-1]  # the last: the trained one
+    assert len(snapshots) == config["train"]["director"]["max_steps"], served.loads
+    assert snapshots == [f"director-{served.contents[name][:8]}" for name in snapshots], served.contents
+    assert set(snapshots) <= set(served.unloads) and not set(snapshots) & set(served.modules), served.unloads
+    return snapshots
+
+
 def test_the_paper_profile_runs_to_completed_with_adapters_registered_at_runtime_and_llm_judge_panels(
         tmp_path, prefect_api, tiny_models):
     served, vllm, judges = loopback_servers(tiny_models)
@@ -67,11 +77,18 @@ def test_the_paper_profile_runs_to_completed_with_adapters_registered_at_runtime
     assert len(stages) == 3
 
     # The trained Speaker and Director reached the served engine as steps of the flow, under their content's
-    # names, and requests named them; the base model served the rest.
-    names = served_names(tmp_path / "runs" / "paper")
-    assert served.loads == names, served.loads
+    # names, and requests named them; so did the Director's policy snapshot of each GRPO step, which made the
+    # rollouts' later directives there and was unloaded when training moved on; the base model served the rest.
+    speaker, director = served_names(tmp_path / "runs" / "paper")
+    snapshots = policy_snapshots(served, yaml.safe_load(config.read_text()))
+    assert served.loads == [speaker, *snapshots, director], served.loads
     asked = vllm.state.stats.by_model
-    assert asked.get(SERVED_BASE, 0) > 0 and all(asked.get(name, 0) > 0 for name in names), asked
+    assert asked.get(SERVED_BASE, 0) > 0 and all(asked.get(name, 0) > 0
+                                                 for name in [speaker, *snapshots, director]), asked
+    # Stage 2's before/after sampled the trained Director there too: its only requests that ask for no JSON schema
+    # (a Director's turn in a conversation, the evaluation's included, always asks for one).
+    assert any(body["model"] == director and not body.get("response_format")
+               for body in map(json.loads, vllm.state.stats.seen)), "the before/after sampled it elsewhere"
 
     # Every judge of the paper's panels was asked at the judges' server, by the model the profile names.
     paper = yaml.safe_load(config.read_text())
@@ -152,6 +169,7 @@ def test_the_gpu_deployment_of_the_paper_profile_survives_a_server_restart_in_st
     assert finished["name"] == "pipeline/deployed" and finished["state"]["type"] == "COMPLETED", finished["state"]
 
     speaker, director = served_names(run)
-    assert served.loads == [speaker, speaker, director], served.loads  # the resume loaded the Speaker again
+    snapshots = policy_snapshots(served, yaml.safe_load(config.read_text()))
+    assert served.loads == [speaker, speaker, *snapshots, director], served.loads  # the resume loaded the Speaker again
     for server in (vllm, judges):  # every request answered once, across the outage and the resume
         assert server.state.stats.answered_again == 0, server.state.stats.report()

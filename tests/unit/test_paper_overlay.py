@@ -53,12 +53,14 @@ def test_the_overlaid_profile_has_the_paper_profiles_shape(tmp_path):
     paper = load_config(PAPER, check_corpora=False)
     config = load_config(paper_on_cpu(tmp_path, "http://127.0.0.1:9000", "http://127.0.0.1:9001"))
     assert shape(config) == shape(paper)
-    # The shape itself: every role served over HTTP, the trained ones loaded at runtime, every judge an LLM at a
-    # server, and the evaluation's panels configured apart from the training judges.
+    # The shape itself: every role served over HTTP, the trained ones loaded at runtime (and the Director's policy
+    # snapshots, into the base Director's server), every judge an LLM at a server, and the evaluation's panels
+    # configured apart from the training judges.
     served = {loc: backend for loc, backend in backends(config).items()
               if not {"judges", "group_judges", "pairwise"} & set(loc)}
     assert {backend.base_url for backend in served.values()} == {"http://127.0.0.1:9000/v1"}
-    assert [loc for loc, backend in served.items() if backend.load_adapter] == [("stage2", "speaker"), ("eval", "director")]
+    assert [loc for loc, backend in served.items() if backend.load_adapter] == [
+        ("stage2", "director"), ("stage2", "speaker"), ("eval", "director")]
     judges = {loc: backend for loc, backend in backends(config).items() if loc not in served}
     assert {backend.base_url for backend in judges.values()} == {"http://127.0.0.1:9001/v1"} and len(judges) == 11
     assert [len(config.eval.judges), len(config.eval.group_judges)] == [3, 3]

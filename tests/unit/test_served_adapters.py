@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from cli.main import app
 from mascot.artifacts import Artifact, path_sha256
 from mascot.config import BackendConfig
-from mascot.llm.served_adapters import AdapterServingError, serve_adapter
+from mascot.llm.served_adapters import AdapterServingError, ServedSnapshots, serve_adapter
 
 
 def artifact(folder) -> Artifact:
@@ -142,3 +142,34 @@ def test_the_chat_loads_the_runs_speaker_and_director_into_the_server_before_the
     hashes = [run.recorded(name, "test").sha256[:8] for name in ("stage1/speaker", "stage2/director")]
     assert (speaker.model, director.model) == (f"speaker-{hashes[0]}", f"director-{hashes[1]}")
     assert served.loads == [speaker.model, director.model] and app.state.stats.requests == 0
+
+
+def test_a_policy_in_training_holds_one_snapshot_on_the_server_named_by_its_content(adapters):
+    _, (first, second, _) = adapters
+    served = ServedModels("base", allow_runtime_lora=True)
+    with serve(make_app(seconds_per_token=0.0, served=served)) as url:
+        config = role(url, load_adapter=True)
+        names = [f"director-{first.sha256[:8]}", f"director-{second.sha256[:8]}"]
+        # A resumed run: the step it had reached is listed already, so it is asked for, not loaded again.
+        served.add(names[0], first.path)
+        snapshots = ServedSnapshots(config, "director")
+        step = snapshots.backend(first.path)
+        assert (step.model, step.adapter_sha256, step.load_adapter) == (names[0], first.sha256, False)
+        assert snapshots.backend(first.path) is step and served.loads == []  # once per step
+        # The next step's snapshot is loaded, then the one before it unloaded; the last, when training ends.
+        assert snapshots.backend(second.path).model == names[1]
+        assert (served.loads, served.unloads, sorted(served.modules)) == ([names[1]], [names[0]], [names[1]])
+        snapshots.close()
+        assert served.unloads == names and served.modules == {}
+        with pytest.raises(ValueError, match="load_adapter"):
+            ServedSnapshots(role(url), "director")
+
+
+def test_a_server_without_runtime_loading_refuses_snapshots_with_the_variable_and_the_way_back(adapters):
+    _, (first, *_) = adapters
+    with serve(make_app(seconds_per_token=0.0, served=ServedModels("Qwen/Qwen3-8B"))) as url, \
+            pytest.raises(AdapterServingError) as refused:
+        ServedSnapshots(role(url, model="Qwen/Qwen3-8B", load_adapter=True), "director").backend(first.path)
+    message = str(refused.value)
+    assert "`VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve Qwen/Qwen3-8B --enable-lora`" in message
+    assert "stage2.director's load_adapter: false" in message and "--lora-modules" not in message
