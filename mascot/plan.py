@@ -340,8 +340,9 @@ def memory(config: RunConfig, gpu_bytes: float = GPU_BYTES) -> list[Memory]:
     (16 bytes a parameter: weights, gradients, two moments); a LoRA policy keeps its base frozen in bf16 (2 bytes,
     4 without bf16) and trains its adapter at 16; beside it sit TRL's colocated vLLM (its share of the GPU) and the
     step's scorers (the reward model in float32, and in the Director's trajectory mode an in-process copy of the
-    policy, unless its snapshots are loaded into the base Director's server). Left out: activations, which gradient checkpointing keeps to about a layer's, the logits of a batch
-    (batch x length x vocabulary in float32), the CUDA context (about 0.5 GB) and the allocator's fragmentation."""
+    policy, unless its snapshots are loaded into the base Director's server). Left out: activations, which
+    gradient checkpointing keeps to about a layer's, the logits of a batch (batch x length x vocabulary in
+    float32), the CUDA context (about 0.5 GB) and the allocator's fragmentation."""
     rows, t = [], config.train
     scorers = {name: model_shape(rm.model) for name, rm in (("persona_rm", t.persona_rm), ("group_rm", t.group_rm))
                if rm is not None}

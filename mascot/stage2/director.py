@@ -9,8 +9,8 @@ directive of that trajectory: it samples from the adapter as it stands at this o
 (`stage2.director` with `load_adapter`, the paper profile's vLLM), each step's snapshot is hot-loaded there as a
 LoRA module named by its content hash and the later directives are requested from it
 (`mascot.llm.served_adapters.ServedSnapshots`); elsewhere (the tiny profile) the snapshot is merged into a copy of
-the base model in this process. In `block` mode the trajectory is one
-block and the base Director plays the rest of it. The reward is the group reward model's score of
+the base model in this process. In `block` mode the trajectory is one block and the base Director plays the rest
+of it. The reward is the group reward model's score of
 the whole trajectory (the mean over `rollouts` rollouts), z-scored on the model's training pairs
 (`score_scale`: a raw logit's scale differs from one training run to the next), plus a small format
 reward, 1 when the sampled directive itself is valid (`TrajectoryReward`): the later directives are

@@ -1,16 +1,16 @@
 """Evidence that the Director learned: the base Director and the trained one on held-out states.
 
-Both policies sample `samples_per_prompt` directives for every held-out state with the same
-request seeds: on the serving engine where the base Director's server loads adapters (the trained one as a
-LoRA module there), else in this process (`Directors`). Every sample is read as written and scored by the Director's reward as during
-training (`mascot.stage2.director.TrajectoryRollouts`): the trajectory it opens, played to the
-episode's end, in `trajectory` mode with the same policy making every later directive; its
-validity (1 when the sampled directive itself is valid, the format reward); and the group reward model's
-score of the trajectory, the mean over `rollouts` rollouts, each with its own seed (training's
-reward has its own count). `compare_directors` averages the samples per state and gives the paired
-(trained - base) differences a bootstrap interval over states, and each policy's directive validity
-a bootstrap interval over states, with the fallback counts. `reward_signal` splits the spread of
-the group reward model's score into the rollouts' noise and the spread between directives.
+Both policies sample `samples_per_prompt` directives for every held-out state with the same request seeds: on
+the serving engine where the base Director's server loads adapters (the trained one as a LoRA module there),
+else in this process (`Directors`). Every sample is read as written and scored by the Director's reward as
+during training (`mascot.stage2.director.TrajectoryRollouts`): the trajectory it opens, played to the
+episode's end, in `trajectory` mode with the same policy making every later directive; its validity (1 when
+the sampled directive itself is valid, the format reward); and the group reward model's score of the
+trajectory, the mean over `rollouts` rollouts, each with its own seed (training's reward has its own count).
+`compare_directors` averages the samples per state and gives the paired (trained - base) differences a
+bootstrap interval over states, and each policy's directive validity a bootstrap interval over states, with
+the fallback counts. `reward_signal` splits the spread of the group reward model's score into the rollouts'
+noise and the spread between directives.
 """
 
 from __future__ import annotations
