@@ -37,7 +37,8 @@ RewardFunction = Callable[..., list[float]]
 
 class PolicySnapshots:
     """The policy being trained, as an adapter folder per optimisation step, so that reward functions can
-    sample from it in this process (multi-turn rollouts where the policy acts again).
+    sample from it (multi-turn rollouts where the policy acts again): in this process, or loaded into the server
+    of its base model (`mascot.llm.served_adapters.ServedSnapshots`).
 
     `current()` writes the adapter as it stands at the trainer's step, once per step; the previous
     step's folder is removed and its loaded copy released. The folder is part of the in-process
