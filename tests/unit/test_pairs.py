@@ -252,6 +252,16 @@ def test_summary_counts_queries_without_pairs():
     json.dumps(summary)
 
 
+def test_summary_of_margins_that_differ_only_in_float_noise():
+    """0.4 - 0.1 and 0.7 - 0.4 are 0.3 but for their last bits: numpy alone finds no room for 10 bins between them."""
+    c1, s1 = frames([(0, "a", 0.1), (1, "b", 0.4)], query_id="q1")
+    c2, s2 = frames([(0, "a", 0.4), (1, "b", 0.7)], query_id="q2")
+    pairs = build_preference_pairs(pl.concat([c1, c2]), pl.concat([s1, s2]), margin=0.0)
+    assert pairs["margin"].n_unique() == 2  # the float noise the summary must survive
+    summary = pairs_summary(pairs, n_queries=2)
+    assert summary["count"] == 2 and sum(summary["margin_histogram"]["counts"]) == 2
+
+
 def test_summary_of_no_pairs_and_of_too_few_queries():
     empty = build_preference_pairs(*frames([]), margin=0.0)
     summary = pairs_summary(empty, n_queries=0)

@@ -13,7 +13,7 @@ LOG = textwrap.dedent("""
 
     run = wandb.init(project="t", mode="offline", dir=sys.argv[1])
     folder = tracking.log_metrics("stage1", {
-        "pairs": 12, "margin": tracking.Histogram(values=[0.5, 1.0, 1.5]),
+        "pairs": 12, "margin": tracking.Histogram(values=[0.4 - 0.1, 0.7 - 0.4]),  # 0.3, but for their last bits
         "scores": tracking.Histogram(counts=[1, 2], edges=[1.0, 3.0, 5.0]),
         "accuracy": [{"persona": "beacon", "accuracy": 0.75}, {"persona": "catalyst", "accuracy": 0.5}]})
     run.finish()
