@@ -2,8 +2,8 @@
 
 configs/paper.yaml: 2,000 contexts (corpus.limit), 200 held out (ceil(0.1 x 2,000)), 1,800 train; 3 personas; K=8.
 configs/paper_meetings.yaml: 1,500 windows, 150 held out, 1,350 train; 4 personas; the rest as paper.yaml.
-Stage 2: 3 turns a block, 1 prefix block, 1 state, 4 branches of 3 blocks, a user turn after each block:
-39 turns and 13 user turns an episode. The Director: 300 steps x 8 x 4 completions x 4 rollouts = 38,400
+Stage 2: 3 turns a block, no prefix block (the state is the opening), 1 state, 4 branches of 3 blocks, a user turn
+after each block: 36 turns and 12 user turns an episode. The Director: 300 steps x 8 x 4 completions x 4 rollouts = 38,400
 trajectories of 9 turns, the first directive sampled by GRPO and 8 made by the policy's snapshot, which the
 flow loads into the base Director's server (stage2.director says load_adapter).
 The evaluation: 10 systems (4 groups, 6 single assistants) x the held-out contexts and data.held_out's limit of 1,300
@@ -42,8 +42,8 @@ def _by_step(work: list[plan.Work]) -> dict[str, plan.Work]:
 # SFT: one example per training context (its best-judged candidate), 32 a step (8 x 4), 2 epochs:
 #   paper.yaml ceil(1,800 / 32) = 57 x 2 = 114; paper_meetings.yaml ceil(1,350 / 32) = 43 x 2 = 86
 PROFILES = {
-    "paper.yaml": (2000, 200, 3, 78_000, 26_000, 8_000, 1_600, 4_725, 338, 114),
-    "paper_meetings.yaml": (1500, 150, 4, 58_500, 19_500, 6_000, 1_200, 4_725, 254, 86),
+    "paper.yaml": (2000, 200, 3, 72_000, 24_000, 8_000, 1_600, 4_725, 338, 114),
+    "paper_meetings.yaml": (1500, 150, 4, 54_000, 18_000, 6_000, 1_200, 4_725, 254, 86),
 }
 
 
@@ -62,9 +62,9 @@ def test_requests_and_steps_match_the_counts_by_hand(profile):
         assert work[f"before/after judge ({judge})"].requests == held * personas * 1 * 2
     assert work["judge (gpt-4o)"].api and not work["judge (phi-4)"].api
     # Stage 2
-    assert work["episodes: directives (at least)"].requests == turns == contexts * 39
+    assert work["episodes: directives (at least)"].requests == turns == contexts * 36
     assert work["episodes: replies"].requests == turns
-    assert work["episodes: user turns"].requests == users == contexts * 13
+    assert work["episodes: user turns"].requests == users == contexts * 12
     assert work["group judge (gpt-4o)"].requests == judged == contexts * 4
     assert work["director GRPO rollouts: directives"].requests == 38_400 * 8
     assert work["director GRPO rollouts: replies"].requests == 38_400 * 9
