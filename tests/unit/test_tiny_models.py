@@ -136,9 +136,10 @@ def test_key_covers_only_the_text_the_models_are_trained_on(tmp_path, monkeypatc
 
 @pytest.mark.parametrize("roster", ["emotional_support", "meetings"])
 def test_every_persona_is_the_untrained_directors_choice_often_enough_to_learn_from(tiny_models, tiny_config, roster):
-    """The warm-started Director names every persona in at least 10% of its valid directives at the training
-    contexts' openings: a persona it never names gives GRPO no sample to reward, so no Director could learn to
-    choose it. (An invalid directive is no choice: the fallback speaks, at random.)"""
+    """The warm-started Director writes a valid directive in at least 85% of its samples at the training contexts'
+    openings, and names every persona in at least 10% of its valid ones: a persona it never names gives GRPO no sample
+    to reward, so no Director could learn to choose it, and an invalid directive is no choice at all (the fallback
+    speaks, at random), only noise in the rewards a choice is learned from."""
     from collections import Counter
 
     from mascot.known_optima.director_grpo import check_policy, director_world, sample_speakers
@@ -146,8 +147,9 @@ def test_every_persona_is_the_untrained_directors_choice_often_enough_to_learn_f
     team = load_roster(tiny_config.data.roster.parent / f"{roster}.yaml")
     world = director_world(team, {"emotional_support": "empathetic_dialogues", "meetings": "qmsum"}[roster])
     policy = check_policy(tiny_config.train.director, tiny_models.lm, steps=1)
-    named = Counter(speaker for speakers in sample_speakers(policy, None, world, world.training[:40], 8, seed=0).values()
-                    for speaker in speakers if speaker is not None)
+    sampled = [speaker for speakers in sample_speakers(policy, None, world, world.training[:40], 8, seed=0).values()
+               for speaker in speakers]
+    named = Counter(speaker for speaker in sampled if speaker is not None)
     valid = sum(named.values())
-    assert valid >= 30, named  # enough valid directives that a share of 10% is 3 or more
+    assert valid >= 0.85 * len(sampled), f"{len(sampled) - valid} of {len(sampled)} directives invalid: {named}"
     assert all(named[p.id] / valid >= 0.10 for p in team.active), named
