@@ -35,8 +35,8 @@ from mascot.config import (
     SamplingParams,
     TrainerConfig,
 )
-from mascot.plan_evaluation import evaluation_asks
 from mascot.llm.served_adapters import loads_adapters
+from mascot.plan_evaluation import evaluation_asks
 from mascot.train.grpo import served_policy
 
 # Guesses, for one H100, until benchmarks/gpu_smoke.py measures them: output tokens a second of a vLLM server
