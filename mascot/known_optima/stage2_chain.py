@@ -85,7 +85,8 @@ EPISODES = EpisodeConfig(block_turns=1, prefix_blocks=0, states=1, mode="block",
 CHECK_SETTINGS = {"learning_rate": 3e-3, "beta": 0.1, "batch_size": 16, "num_generations": 4, "rollouts": 1}
 # The Director learns from the group RM alone. The format reward is not what this check is about, and it moves the
 # choice in every arm: with its profile weight (0.5) the fitting share rose by +0.06 to +0.09 under the planted, the
-# flipped and the shuffled judge alike (30 steps, 2026-12-06), and by +0.000 under the last two without it.
+# flipped and the shuffled judge alike (30 steps, 2026-12-06, the build before docs/models.md's tokenizer), and by +0.000
+# under the last two without it.
 CHECK_REWARD_WEIGHTS = {"group_rm": 1.0, "format": 0.0}
 # The group RM must learn an interaction (which persona, after which cue) from a few hundred pairs, and whether it
 # finds it depends on its seed at a large step. Held-out pair accuracy over training seeds 0, 1 and 2 (2026-12-06, the

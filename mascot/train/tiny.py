@@ -255,7 +255,7 @@ def _build_tokenizer(spec: TinyModelSpec, examples: list[Example]):
     bpe = Tokenizer(models.BPE())
     # JSON's quotes and braces are tokens of their own. Merged with the punctuation before them (`."}`), a
     # directive closed only after that one token: a sampled "." alone, as prose ends, was followed by the end of
-    # the turn, and 43% of the Director's directives at the known-optimum check's states were unclosed JSON.
+    # the turn: 43% of the Director's directives at the known-optimum check's states were invalid, nearly all unclosed.
     bpe.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r'["{}]'), behavior="isolated"),
                                                  pre_tokenizers.ByteLevel(add_prefix_space=False)])
     bpe.decoder = decoders.ByteLevel()
@@ -263,8 +263,8 @@ def _build_tokenizer(spec: TinyModelSpec, examples: list[Example]):
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     bpe.train_from_iterator(texts, trainer=trainer)
     # Each persona id is one token, as a Director's choice of speaker is one decision. Split into pieces, the ids of
-    # the meeting roster were recombined ("decision_item_captain"), and 62% of that Director's directives named
-    # no persona of the roster.
+    # the meeting roster were recombined ("decision_item_captain"): 62% of that Director's directives were invalid,
+    # most of them naming such an id.
     personas = sorted({p.id for path in ROSTERS_DIR.glob("*.yaml") for p in load_roster(path).personas})
     bpe.add_tokens([AddedToken(persona, single_word=True, normalized=False) for persona in personas])
     return PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token=EOS, pad_token=PAD, chat_template=CHAT_TEMPLATE,
