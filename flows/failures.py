@@ -33,5 +33,6 @@ def stopped_at_step(stage: str, run_dir: Path) -> Iterator[None]:
     except Exception as exc:
         steps = failed_steps(flow_run.id) if flow_run.id else []
         where = f" at {steps[0]}" if steps else ""
-        raise StageFailed(f"{stage} stopped{where}: {redact_text(str(exc))}. Everything finished before is kept; "
+        reason = redact_text(str(exc)).rstrip(".")  # most messages end in a full stop; the sentence adds its own
+        raise StageFailed(f"{stage} stopped{where}: {reason}. Everything finished before is kept; "
                           f"resume with `mascot resume {run_dir}`.") from exc
