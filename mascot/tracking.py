@@ -105,6 +105,8 @@ def log_metrics(stage: str, metrics: dict[str, Any]) -> str | None:
         return None
     import wandb
 
+    from mascot.stats import binnable
+
     # wandb checks every logged object against pandas.DataFrame, importing pandas and pyarrow to do so
     # (0.4 s and 60 MB, in a run that has no use for them) unless it believes pandas absent; then it
     # compares type names instead, which gives the same answer, a real data frame included.
@@ -112,9 +114,7 @@ def log_metrics(stage: str, metrics: dict[str, Any]) -> str | None:
     logged = {}
     for name, value in metrics.items():
         if isinstance(value, Histogram):
-            # Rounded: values equal but for float noise (0.4 - 0.1 and 0.7 - 0.4) leave numpy no room for wandb's 64
-            # bins between them, and it raises ("Too many bins for data range").
-            value = (wandb.Histogram([round(float(v), 9) for v in value.values]) if value.values is not None
+            value = (wandb.Histogram(binnable(value.values)) if value.values is not None
                      else wandb.Histogram(np_histogram=(value.counts, value.edges)))
         elif isinstance(value, list):
             # Mixed types: an entry may be null in one row (an undefined interval) and a number in the next.

@@ -37,6 +37,7 @@ from mascot.config import Stage1Config
 from mascot.judges.panel import aggregate_scores, check_failure_rate
 from mascot.prompts import speaker_messages
 from mascot.queries import Queries
+from mascot.stats import binnable
 
 SCORE_TOLERANCE = 1e-9
 
@@ -142,9 +143,7 @@ def pairs_summary(pairs: pl.DataFrame, n_queries: int, *, bins: int | Sequence[f
     per_query = pairs.group_by("query_id").len()
     if per_query.height > n_queries:
         raise ValueError(f"pairs cover {per_query.height} queries but n_queries is {n_queries}")
-    # Rounded: margins are differences of mean scores, and two that differ only in float noise (1.0 and
-    # 1.0000000000000002) leave numpy no room for 10 bins between them ("Too many bins for data range").
-    margins = pairs["margin"].to_numpy().round(9)
+    margins = binnable(pairs["margin"].to_numpy())
     counts, edges = np.histogram(margins, bins=bins)
     return {
         "count": pairs.height,

@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mascot.stats import clustered_mean, crossed_clustered_mean, describe, paired_difference, proportion
+from mascot.stats import (
+    clustered_mean,
+    crossed_clustered_mean,
+    describe,
+    histogram,
+    paired_difference,
+    proportion,
+)
 
 
 def test_wilson_interval_matches_the_closed_form():
@@ -94,3 +101,8 @@ def test_the_crossed_bootstrap_skips_a_resample_that_keeps_no_item_and_checks_it
     with pytest.raises(ValueError, match="2 values but 1 row and 2 column labels"):
         crossed_clustered_mean([1.0, 0.0], ["c1"], ["ann", "bo"])
     assert crossed_clustered_mean([], [], [])["value"] is None
+
+
+def test_a_histogram_of_values_equal_but_for_float_noise():
+    """The reward model's margin histogram: 0.4 - 0.1 and 0.7 - 0.4 are 0.3 but for their last bits."""
+    assert sum(histogram([0.4 - 0.1, 0.7 - 0.4])["counts"]) == 2
