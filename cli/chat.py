@@ -95,6 +95,7 @@ def load_chat(run_dir: Path, personas: str | None, turns: int | None, config: Pa
     """The chat section in use and the group, or a clean exit naming what is missing."""
     from mascot.artifacts import ArtifactChanged
     from mascot.chat.group import load_group, run_config
+    from mascot.llm import MissingAPIKey
     from mascot.yamlio import ConfigError
 
     ids = [p.strip() for p in personas.split(",") if p.strip()] if personas else None
@@ -107,7 +108,7 @@ def load_chat(run_dir: Path, personas: str | None, turns: int | None, config: Pa
             chat_config = run_config(run_dir).chat
         with console.status("loading the group's models"):
             return chat_config, load_group(run_dir, personas=ids, turns=turns, chat=chat_config)
-    except (FileNotFoundError, ValueError, ArtifactChanged, ConfigError) as exc:
+    except (FileNotFoundError, ValueError, ArtifactChanged, ConfigError, MissingAPIKey) as exc:
         fail(exc)
 
 

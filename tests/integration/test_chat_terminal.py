@@ -100,14 +100,20 @@ def test_replay_renders_a_saved_conversation(run_dir, tmp_path):
     (["--replay", "{tmp}/talk.md"], "no such transcript"),
     (["--replay", "{bad}"], "not a JSON transcript"),
     (["--replay", "{wrong}"], "wrong.json: entries.0: Input tag 'shout'"),
+    (["{run}", "--config", "{moderated}"], "MASCOT_TEST_UNSET_KEY is not set"),
 ])
 def test_what_chat_refuses_it_names(run_dir, tmp_path, arguments, message):
     (tmp_path / "bad.json").write_text("# not json")
+    # The run's own config with OpenAI's moderation asked about every message, and no key for it in the environment.
+    config = json.loads((run_dir / "manifest.json").read_text())["config"]
+    config.setdefault("chat", {}).setdefault("safety", {})["moderation"] = {
+        "kind": "openai_moderation", "model": "omni-moderation-2024-09-26", "api_key_env": "MASCOT_TEST_UNSET_KEY"}
+    (tmp_path / "moderated.yaml").write_text(yaml.safe_dump(config))
     (tmp_path / "wrong.json").write_text(json.dumps({
         "format": "mascot-chat-transcript", "version": 1, "run": "r", "group": "g", "domain": "emotional_support",
         "personas": [], "seed": 0, "notice": "n", "entries": [{"type": "shout", "text": "hi"}]}))
-    filled = [a.format(tmp=tmp_path, run=run_dir, bad=tmp_path / "bad.json", wrong=tmp_path / "wrong.json")
-              for a in arguments]
+    filled = [a.format(tmp=tmp_path, run=run_dir, bad=tmp_path / "bad.json", wrong=tmp_path / "wrong.json",
+                       moderated=tmp_path / "moderated.yaml") for a in arguments]
     result = subprocess.run([MASCOT, "chat", *filled], check=False, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in " ".join(result.stderr.split()), result.stderr
