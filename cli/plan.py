@@ -40,7 +40,8 @@ def plan(config: ConfigOption,
     if loaded.eval is not None:
         console.print(f"The evaluation: {len(loaded.eval.systems)} systems x {counts.evaluated:,} contexts "
                       f"({counts.held_out:,} held out, {counts.out_of_domain:,} of data.held_out) x "
-                      f"{len(loaded.eval.seeds)} seeds", highlight=False)
+                      f"{len(loaded.eval.seeds)} seeds; {loaded.eval.training_seeds} training run(s) of the "
+                      "GRPO Speaker and Director (eval.training_seeds)", highlight=False)
     console.print(_requests_table(work))
     console.print(_costs_table(planning.api_costs_by_stage(work, loaded.plan.prices)))
     console.print(_training_table(steps))
@@ -82,11 +83,11 @@ def _costs_table(costs: dict) -> Table:
 
 def _training_table(steps) -> Table:
     table = Table(title="Training steps", title_justify="left")
-    for column in ("stage", "trainer", "steps", "processes"):
+    for column in ("stage", "trainer", "steps", "processes", "runs"):
         table.add_column(column)
     for step in steps:
         table.add_row(step.stage, step.name, f"{'at most ' if step.upper_bound else ''}{step.steps:,}",
-                      str(step.processes))
+                      str(step.processes), str(step.runs))
     return table
 
 

@@ -12,7 +12,10 @@ Rates that turn work into hours are guesses (`GUESSED_RATES`) until the GPU smok
 Counted: Stage 1 (sampling, judging, the Speaker's before/after), Stage 2's episodes, group judging, the
 Director's GRPO rollouts and its before/after, and the evaluation (`mascot.plan_evaluation`): every system's
 conversations over the held-out contexts and, with eval.out_of_domain, each data.held_out corpus's `limit` of
-contexts (a plan needs one), its judges' scoring, and the SFT baseline's training. Not counted: MASCOT with the DPO
+contexts (a plan needs one), its judges' scoring, and the SFT baseline's training. With eval.training_seeds N,
+the Speaker's GRPO and the GRPO Director train N times (and the Director's GRPO rollouts are asked N times), and the
+systems built from them play N times (`mascot.plan_evaluation`); the reward models and the before/after train and
+run once. Not counted: MASCOT with the DPO
 Director where eval.systems does not list it (the flow adds it where Stage 2 trained one), and requests that a
 judge or the Director repeats after an unusable reply.
 """
@@ -93,6 +96,7 @@ class Training:
     steps: int
     upper_bound: bool  # steps of a reward model depend on the pairs the judges keep
     processes: int
+    runs: int = 1  # times it trains, once per training seed (eval.training_seeds); `steps` is one run's
 
 
 @dataclass(frozen=True)
@@ -205,7 +209,8 @@ def _stage2(config: RunConfig, c: Counts, rates: dict[str, float]) -> list[Work]
              for judge in s2.judges if judge.backend is not None]
     director = config.train.director
     if director is not None:  # every completion of every step is rolled out `rollouts` times to the episode's end
-        rolled = director.max_steps * director.batch_size * director.gradient_accumulation_steps * director.rollouts
+        rolled = director.max_steps * director.batch_size * director.gradient_accumulation_steps * director.rollouts \
+            * training_seeds(config)  # once per training run; the before/after compares the first run's Director
         evaluated = c.held_out * e.states * config.train.director_eval.samples_per_prompt * 2 \
             * config.train.director_eval.rollouts
         for step, count in (("director GRPO rollouts", rolled), ("director before/after rollouts", evaluated)):
@@ -228,19 +233,25 @@ def _processes(trainer: TrainerConfig) -> int:
     return int((yaml.safe_load(trainer.accelerate_config.read_text()) or {}).get("num_processes", 1))
 
 
+def training_seeds(config: RunConfig) -> int:
+    """Training runs of the group's GRPO policies (eval.training_seeds; 1 without an evaluation)."""
+    return config.eval.training_seeds if config.eval is not None else 1
+
+
 def training(config: RunConfig, c: Counts) -> list[Training]:
     """Optimisation steps per trainer: GRPO's are its max_steps; a reward model's an upper bound, every pair of
-    every training query kept (K(K-1)/2 of them in Stage 1, M(M-1)/2 per state in Stage 2)."""
-    t, found = config.train, []
+    every training query kept (K(K-1)/2 of them in Stage 1, M(M-1)/2 per state in Stage 2). The GRPO Speaker and
+    Director train once per training seed (`runs`); the reward models and the SFT baseline once."""
+    t, found, runs = config.train, [], training_seeds(config)
     k = config.stage1.k
     stage1_pairs = c.train * c.personas * k * (k - 1) // 2
     found.append(_epochs("stage1", "persona_rm", t.persona_rm, stage1_pairs))
-    found.append(Training("stage1", "speaker", t.speaker.max_steps, False, _processes(t.speaker)))
+    found.append(Training("stage1", "speaker", t.speaker.max_steps, False, _processes(t.speaker), runs))
     if config.stage2 is not None:
         e = config.stage2.episodes
         group_pairs = c.train * e.states * e.branches * (e.branches - 1) // 2
         found.append(_epochs("stage2", "group_rm", t.group_rm, group_pairs))
-        found.append(Training("stage2", "director", t.director.max_steps, False, _processes(t.director)))
+        found.append(Training("stage2", "director", t.director.max_steps, False, _processes(t.director), runs))
     if config.eval is not None and "sft" in config.eval.systems:
         # one example per training context, its best-judged candidate over all personas: at most, since a context
         # none of whose candidates was judged ok gives none (mascot.evaluation.baselines.best_candidates)
@@ -289,7 +300,7 @@ def gpu_hours(work: list[Work], steps: list[Training], rates: dict[str, float]) 
         hours[item.stage] = hours.get(item.stage, 0.0) + item.max_output_tokens / rate / 3600
     for step in steps:
         kind = "reward_model" if step.name in ("persona_rm", "group_rm") else step.name
-        hours[step.stage] = hours.get(step.stage, 0.0) + step.steps * rates[f"s_per_step/{kind}"] \
+        hours[step.stage] = hours.get(step.stage, 0.0) + step.steps * step.runs * rates[f"s_per_step/{kind}"] \
             * step.processes / 3600
     return hours
 

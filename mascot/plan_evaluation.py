@@ -1,7 +1,9 @@
 """The evaluation's requests, as `mascot plan` counts them (`mascot.plan`): every system's conversations and their
 scoring, from the config alone, the way `flows/evaluate.py` and `mascot.evaluation` make them.
 
-Each system in `eval.systems` plays every evaluation context once per seed (`eval.seeds`): Stage 1's held-out
+Each system in `eval.systems` plays every evaluation context once per seed (`eval.seeds`), and a system built from
+the GRPO-trained Speaker or Director (`SEEDED_SYSTEMS`) once per seed of each training run (`eval.training_seeds`,
+whose every run MASCOT's pairwise comparisons cover too): Stage 1's held-out
 contexts, then, with `eval.out_of_domain`, those of `data.held_out` (`mascot.plan.counts`). A conversation is
 `eval.blocks` blocks, the simulated user's turn between two (blocks - 1 user turns). A group system answers a block
 with `block_turns` companion turns, each a directive and a reply; MASCOT-C with the generic instruction and every
@@ -24,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mascot.config import BackendConfig, RunConfig, SamplingParams
-from mascot.config.evaluation import GROUP_SYSTEMS
+from mascot.config.evaluation import GROUP_SYSTEMS, SEEDED_SYSTEMS
 
 SCRIPTED_DIRECTOR = frozenset({"mascot_c_generic"})  # group systems whose Director is ScriptedDirector
 UNTRAINED = frozenset({"multi_agent"})  # the group system of the base Speaker and the base Director
@@ -81,12 +83,16 @@ def evaluation_asks(config: RunConfig, contexts: int) -> list[Ask]:
     evaluation, roles = config.eval, _roles(config)
     turns = block_turns(config)
     block_tokens = evaluation.block_tokens or turns * roles["trained_speaker"].params.max_new_tokens
-    conversations = contexts * len(evaluation.seeds)  # per system: every context once per seed
-    users = conversations * (evaluation.blocks - 1)  # the user's turn between two blocks
+    per_run = contexts * len(evaluation.seeds)  # per system and training run: every context once per seed
+
+    def conversations(system: str) -> int:  # a system built from the GRPO policies plays once per training run
+        return per_run * (evaluation.training_seeds if system in SEEDED_SYSTEMS else 1)
+
     asks: list[Ask] = []
     for system in evaluation.systems:
         group = system in GROUP_SYSTEMS
-        said = conversations * companion_turns(config, system)
+        said = conversations(system) * companion_turns(config, system)
+        users = conversations(system) * (evaluation.blocks - 1)  # the user's turn between two blocks
         cap = block_tokens // (turns if group else 1)
         if group:
             trained = system not in UNTRAINED
@@ -109,14 +115,14 @@ def evaluation_asks(config: RunConfig, contexts: int) -> list[Ask]:
         if users:
             asks.append(Ask(f"{system}: user turns", roles["user"], users, 1, "user"))
 
-    judged_turns = sum(conversations * companion_turns(config, system) for system in evaluation.systems)
-    judged = conversations * len(evaluation.systems)
-    baselines = len(evaluation.systems) - 1  # every system but MASCOT, each against MASCOT
+    judged_turns = sum(conversations(system) * companion_turns(config, system) for system in evaluation.systems)
+    judged = sum(conversations(system) for system in evaluation.systems)
+    baselines = len(evaluation.systems) - 1  # every system but MASCOT, each against each of MASCOT's runs
     asks += [Ask(f"eval judge ({judge.label})", judge.backend, judged_turns, 1, "judge")
              for judge in evaluation.judges if judge.backend is not None]
     asks += [Ask(f"eval group judge ({judge.label})", judge.backend, judged, 1, "group_judge")
              for judge in evaluation.group_judges if judge.backend is not None]
     if evaluation.pairwise.backend is not None:  # both orders: MASCOT first, then second
         asks.append(Ask(f"pairwise judge ({evaluation.pairwise.label}, both orders)", evaluation.pairwise.backend,
-                        baselines * conversations * 2, 1, "pairwise_judge"))
+                        baselines * conversations("mascot") * 2, 1, "pairwise_judge"))
     return asks

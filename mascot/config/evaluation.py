@@ -20,6 +20,9 @@ DEFAULT_SYSTEMS = tuple(name for name in SYSTEM_NAMES if name not in ("mascot_dp
 # The systems that answer with a group of personas (mascot.evaluation.systems.SYSTEMS says how each answers); the
 # collective rubric compares these only.
 GROUP_SYSTEMS = frozenset({"mascot", "mascot_dpo", "multi_agent", "mascot_p", "mascot_c", "mascot_c_generic"})
+# The systems built from the GRPO-trained Speaker or Director, which are played once per training seed
+# (eval.training_seeds); the untrained group and the single assistants are played once.
+SEEDED_SYSTEMS = GROUP_SYSTEMS - {"multi_agent"}
 # The automatic metrics (mascot.evaluation.metrics.automatic_metrics), which a primary endpoint may name.
 AUTOMATIC_METRICS = ("distinct_1", "distinct_2", "distinct_1_per_turn", "distinct_2_per_turn", "self_bleu",
                      "mean_length", "sentiment")
@@ -52,6 +55,11 @@ class EvalConfig(Section):
                                       "Director.")
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1,
                              description="Seeds: each system plays every context once per seed.")
+    training_seeds: int = Field(default=1, ge=1, description="Training runs of the group: the Speaker's GRPO and the "
+                                "GRPO Director are trained this many times from the same data (training seeds "
+                                "offset by 0..N-1; the reward models once), the systems built from them are played "
+                                "once per run, and every interval resamples the runs as well as the contexts. 1: one "
+                                "run, and training variance is in no interval.")
     blocks: int = Field(default=1, ge=1, description="Blocks per conversation, the simulated user's turn between two.")
     block_turns: int | None = Field(default=None, ge=1, description="Companion turns per block of the group systems "
                                     "(default stage2.episodes.block_turns); a single-assistant system takes one.")

@@ -213,6 +213,8 @@ BROKEN_CONFIGS = [
     ("eval-unknown-system", "tiny.yaml", ("eval.systems", ["mascot", "gpt_5"]), ["eval.systems[1]", "'zero_shot'"]),
     ("eval-repeated-seed", "tiny.yaml", ("eval.seeds", [0, 0]), ["eval.seeds", "may appear once"]),
     ("eval-no-seed", "tiny.yaml", ("eval.seeds", []), ["eval.seeds", "at least 1 item"]),
+    ("eval-no-training-run", "tiny.yaml", ("eval.training_seeds", 0),
+     ["eval.training_seeds", "greater than or equal to 1", "got 0"]),
     ("eval-assistant-is-a-group", "tiny.yaml", ("eval.assistant", "rosters/emotional_support.yaml"),
      ["eval.assistant", "exactly one enabled persona", "with 3 enabled"]),
     ("eval-assistant-missing", "tiny.yaml", ("eval.assistant", "rosters/nope.yaml"),

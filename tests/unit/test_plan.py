@@ -156,6 +156,45 @@ def test_the_evaluation_without_out_of_domain_with_the_other_systems_and_one_blo
     assert "sft" not in steps  # the SFT baseline is trained only where it is evaluated
 
 
+def test_three_training_seeds_train_the_grpo_policies_and_play_their_systems_three_times():
+    config = _config("paper.yaml")
+    counts = plan.counts(config, 3)
+    once = _by_step(plan.requests(config, counts, plan.GUESSED_RATES))
+    steps_once = {step.name: step for step in plan.training(config, counts)}
+    hours_once = plan.gpu_hours(list(once.values()), list(steps_once.values()), plan.GUESSED_RATES)
+    config = config.model_copy(update={"eval": config.eval.model_copy(update={"training_seeds": 3})})
+    work = _by_step(plan.requests(config, counts, plan.GUESSED_RATES))
+    steps = {step.name: step for step in plan.training(config, counts)}
+    # The Speaker's GRPO and the GRPO Director train three times, each run its max_steps; the reward models and the
+    # SFT baseline once.
+    assert {name: step.runs for name, step in steps.items()} == {"persona_rm": 1, "speaker": 3, "group_rm": 1,
+                                                                 "director": 3, "sft": 1}
+    assert (steps["speaker"].steps, steps["director"].steps) == (500, 300)
+    # The Director's rollouts are asked once per run; its before/after (the first run's) once.
+    assert work["director GRPO rollouts: directives"].requests == 3 * 38_400 * 8
+    assert work["director before/after rollouts: directives"].requests == \
+        once["director before/after rollouts: directives"].requests
+    # MASCOT and its ablations play every context and seed once per run; the untrained group and the single
+    # assistants once; each of MASCOT's runs meets each of the 9 baselines before the pairwise judge.
+    conversations = (200 + 1_300) * 3
+    for system in ("mascot", "mascot_p", "mascot_c"):
+        assert work[f"{system}: replies"].requests == 3 * conversations * 9
+        assert work[f"{system}: user turns"].requests == 3 * conversations * 2
+    for system in ("multi_agent",):
+        assert work[f"{system}: replies"].requests == conversations * 9
+    assert work["zero_shot: replies"].requests == conversations * 3
+    assert work["eval judge (gpt-4o)"].requests == conversations * (3 * 3 * 9 + 9 + 6 * 3)
+    assert work["eval group judge (gpt-4o)"].requests == conversations * (3 * 3 + 1 + 6)
+    assert work["pairwise judge (llama-3.3-70b, both orders)"].requests == 9 * 3 * conversations * 2
+    # GPU-hours: two more runs of the Speaker (500 steps x 40 s) and of the Director (300 x 180 s) on top of the
+    # served tokens of the extra rollouts and conversations.
+    hours = plan.gpu_hours(list(work.values()), list(steps.values()), plan.GUESSED_RATES)
+    extra_training = {"stage1": 2 * 500 * 40 / 3600, "stage2": 2 * 300 * 180 / 3600}
+    assert hours["stage1"] == pytest.approx(hours_once["stage1"] + extra_training["stage1"])
+    assert hours["stage2"] > hours_once["stage2"] + extra_training["stage2"]
+    assert hours["eval"] > hours_once["eval"]
+
+
 def test_the_tiny_profiles_evaluation_by_hand():
     config = _config("tiny.yaml")
     counts = plan.counts(config, 3)
