@@ -43,6 +43,7 @@ class ReportSpec(BaseModel):
     collective_rubric: str | None = None  # its name: a single assistant weighed by it is flagged as tilted
     primary: dict[str, Any] | None = None  # eval.primary as resolved: baseline, level, metric, eval_set
     budgets: dict[str, dict[str, int]] = {}  # per system: SystemSetup.budget (turns, turn_tokens, block_tokens)
+    training_seeds: int = 1  # eval.training_seeds: training runs of the Speaker's GRPO and the GRPO Director
 
 
 def write_report(spec: ReportSpec, contexts: Artifact, scores: Artifact, conversations: Artifact,
@@ -51,7 +52,7 @@ def write_report(spec: ReportSpec, contexts: Artifact, scores: Artifact, convers
     summary = build_summary(spec.run, spec.systems, spec.seeds, spec.judges, contexts.read_parquet(),
                             scores.read_parquet(), conversations.read_parquet(), spec.confidence,
                             spec.resamples, spec.seed, spec.primary,
-                            judgments.read_parquet() if judgments is not None else None)
+                            judgments.read_parquet() if judgments is not None else None, spec.training_seeds)
     clusters = dict(with_cluster(contexts.read_parquet()).select("context_id", "cluster").iter_rows())
     summary["preferences"] = preference_results(preferences.read_parquet(), spec.confidence, spec.resamples,
                                                 spec.seed, clusters, spec.collective_rubric,
@@ -140,6 +141,21 @@ def budget_line(budgets: dict[str, dict[str, Any]]) -> str:
             "(see the Systems table); LLM judges favour longer answers.")
 
 
+def training_line(summary: dict[str, Any]) -> str:
+    """How many times the group was trained, and so whether the intervals hold training variance."""
+    runs, seeds = summary.get("training_seeds", 1), len(summary["seeds"])
+    if runs == 1:
+        return (f"Training seeds: 1 (eval.training_seeds). The {seeds} seed(s) are evaluation sampling seeds over this "
+                "run's one training of the Speaker and the Director, so every interval holds the variance of contexts, "
+                "sampling and judging, not of training: another training run could move every number.")
+    return (f"Training seeds: {runs} (eval.training_seeds). The Speaker's GRPO and the GRPO Director were trained "
+            f"{runs} times from the same data and reward models, and MASCOT and its ablations were played once per "
+            f"training seed, each over the {seeds} evaluation seed(s); the other systems, which use no trained part of "
+            "the group, once. Their intervals resample the training seeds as well as the clusters (a two-level "
+            "bootstrap), so they hold training variance; a comparison's p-value takes the training seeds as they "
+            "are, and the reward models, trained once, add no variance of their own.")
+
+
 def preamble(summary: dict[str, Any]) -> list[str]:
     judges, lines = summary["judges"], []
     lines.append(f"Judges: {', '.join(judges['persona'])} (persona level), {', '.join(judges['collective'])} "
@@ -147,9 +163,7 @@ def preamble(summary: dict[str, Any]) -> list[str]:
                  f"({', '.join(map(str, summary['seeds']))}). Contexts: "
                  + ", ".join(f"{n} {name}" for name, n in summary["contexts"].items()) + ".")
     lines.append(independence_line(summary.get("independence") or {}))
-    lines.append(f"Training runs: 1. The {len(summary['seeds'])} seed(s) are evaluation sampling seeds over this run's one "
-                 "training of the Speaker and the Director, so every interval holds the variance of contexts, sampling "
-                 "and judging, not of training: another training run could move every number.")
+    lines.append(training_line(summary))
     shared = judges.get("shared_models") or [{"judge": label, "model": label, "roles": [], "training": []}
                                              for label in judges["shared_with_training"]]
     if shared:

@@ -7,7 +7,8 @@ counted per system (their agreement is reported beside). Every summary resamples
 per system, mean ± sd over conversations, n conversations, contexts, clusters and seeds, and an
 interval; per comparison, the baseline it is against, the paired difference over the (context, seed)
 pairs both systems have a value for (a conversation without its partner is left out and counted),
-its interval, a sign-flip permutation p, and Holm's adjustment across every comparison of the report
+its interval (over the training seeds too, where a system was played once per training run:
+`statistics.paired_comparison_over_runs`), a sign-flip permutation p, and Holm's adjustment across every comparison of the report
 (each evaluation set, level, metric, baseline and split: one family). No difference is reported
 without its baseline.
 """
@@ -24,7 +25,7 @@ from mascot.evaluation.statistics import (
     holm,
     judge_agreement,
     minimum_detectable_effect,
-    paired_comparison,
+    paired_comparison_over_runs,
     per_context_means,
     summarise,
 )
@@ -33,6 +34,14 @@ REFERENCE = "mascot"
 COLLECTIVE = "collective"  # the level whose rubric only groups can score fairly
 SPLITS = ("valence", "meeting_type")  # Empathetic Dialogues by valence, QMSum by meeting domain
 MIN_SPLIT_CONTEXTS = 2  # a bucket of one context has no spread and no interval over contexts
+
+
+def with_training_seed(frame: pl.DataFrame) -> pl.DataFrame:
+    """scores.parquet with its `training_seed` column: the training run a conversation's system came from (0 for a
+    system played once, and in a file from before the column)."""
+    if "training_seed" in frame.columns:
+        return frame
+    return frame.with_columns(training_seed=pl.lit(0, pl.Int64))
 
 
 def panel_scores(scores: pl.DataFrame) -> pl.DataFrame:
@@ -44,11 +53,12 @@ def panel_scores(scores: pl.DataFrame) -> pl.DataFrame:
     for the conversation or scored fewer of its items (turns) than it had: such a panel is incomplete, and is left
     out of every summary and comparison (`complete_panels`) rather than averaged over the judges left. Automatic
     metrics are as they are. Null where the metric is undefined for the conversation."""
-    keys = ["system", "context_id", "seed", "level", "metric"]
+    scores = with_training_seed(scores)
+    keys = ["system", "context_id", "seed", "training_seed", "level", "metric"]
     judged = scores.filter(pl.col("level") != AUTOMATIC)
     if "items" not in judged.columns:
         judged = judged.with_columns(items=pl.lit(None, pl.Int64))
-    conversation = ["system", "context_id", "seed", "level"]
+    conversation = ["system", "context_id", "seed", "training_seed", "level"]
     judged = judged.with_columns(complete=(
         (pl.col("judge").n_unique().over(*conversation) == pl.col("judge").n_unique().over("level"))
         & (pl.col("items").is_null() | pl.col("n").is_null() | (pl.col("n") >= pl.col("items"))).all()
@@ -84,7 +94,8 @@ def incomplete_panels(scores: pl.DataFrame, systems: list[str]) -> dict[str, dic
     the conversation, or on one of its turns), which every summary and comparison leaves out."""
     panels = panel_scores(scores).filter(pl.col("level") != AUTOMATIC)
     counts: dict[str, dict[str, dict[str, int]]] = {}
-    per_conversation = panels.group_by("system", "context_id", "seed", "level").agg(pl.col("complete").all())
+    per_conversation = panels.group_by("system", "context_id", "seed", "training_seed", "level").agg(
+        pl.col("complete").all())
     for level in ("persona", "collective"):
         for system in systems:
             rows = per_conversation.filter((pl.col("level") == level) & (pl.col("system") == system))
@@ -150,7 +161,7 @@ def _set_results(rows: pl.DataFrame, systems: list[str], confidence: float, resa
             values, contexts, clusters = own["value"].to_list(), own["context_id"].to_list(), own["cluster"].to_list()
             summaries.append({"level": level, "metric": metric, "system": system,
                               **summarise(values, contexts, own["seed"].to_list(), confidence, resamples, seed,
-                                          clusters=clusters)})
+                                          clusters=clusters, runs=own["training_seed"].to_list())})
             per_system[system] = per_context_means(values, clusters)
         for baseline in systems:
             if baseline != REFERENCE and REFERENCE in per_system and baseline in per_system:
@@ -161,18 +172,25 @@ def _set_results(rows: pl.DataFrame, systems: list[str], confidence: float, resa
 
 def paired_rows(metric_rows: pl.DataFrame, baseline: str, confidence: float, resamples: int, seed: int) -> dict:
     """MASCOT against `baseline` on the (context, seed) pairs where both have a value (a failed or undefined
-    conversation on either side drops its pair, counted as `unpaired`), averaged per cluster and compared."""
-    keys = ["context_id", "seed", "cluster"]
-    sides = [metric_rows.filter((pl.col("system") == name) & pl.col("value").is_not_null()).select(*keys, "value")
-             for name in (REFERENCE, baseline)]
+    conversation on either side drops its pair, counted as `unpaired`), averaged per cluster and training run and
+    compared (`paired_comparison_over_runs`). A baseline played once per training run (an ablation of the same trained
+    parts) meets MASCOT run by run; one played once meets each of MASCOT's runs."""
+    from mascot.config.evaluation import SEEDED_SYSTEMS
+
+    keys = ["context_id", "seed", "cluster"] + (["training_seed"] if baseline in SEEDED_SYSTEMS else [])
+    sides = [metric_rows.filter((pl.col("system") == name) & pl.col("value").is_not_null())
+             .select("context_id", "seed", "cluster", "training_seed", "value") for name in (REFERENCE, baseline)]
+    if "training_seed" not in keys:
+        sides[1] = sides[1].drop("training_seed")
     paired = sides[0].join(sides[1], on=keys, suffix="_baseline")
-    clusters = paired["cluster"].to_list()
-    result = paired_comparison(per_context_means(paired["value"].to_list(), clusters),
-                               per_context_means(paired["value_baseline"].to_list(), clusters),
-                               confidence, resamples, seed)
+    cells = list(zip(paired["cluster"].to_list(), paired["training_seed"].to_list(), strict=True))
+    result = paired_comparison_over_runs(per_context_means(paired["value"].to_list(), cells),
+                                         per_context_means(paired["value_baseline"].to_list(), cells),
+                                         confidence, resamples, seed)
+    unpaired = sides[0].join(sides[1], on=keys, how="anti").height + sides[1].join(sides[0], on=keys, how="anti").height
     return result | {"clusters": result["contexts"], "contexts": paired["context_id"].n_unique(),
-                     "seeds": paired["seed"].n_unique(), "pairs": paired.height,
-                     "unpaired": sides[0].height + sides[1].height - 2 * paired.height}
+                     "seeds": paired["seed"].n_unique(), "training_seeds": paired["training_seed"].n_unique(),
+                     "pairs": paired.height, "unpaired": unpaired}
 
 
 def adjust_across_report(results: dict[str, Any], splits: dict[str, Any], primary: dict[str, Any] | None = None,
@@ -258,9 +276,11 @@ def rated_units(scores: pl.DataFrame, judgments: pl.DataFrame | None, level: str
         parts = pl.col("query_id").str.split("|")
         return turns.select(system=parts.list.get(0), context_id=parts.list.get(1), item=pl.col("query_id"),
                             judge=pl.col("judge"), value=pl.col("overall").cast(pl.Float64))
-    rows = scores.filter((pl.col("level") == level) & (pl.col("metric") == "overall")).drop_nulls("value")
+    rows = with_training_seed(scores).filter((pl.col("level") == level) & (pl.col("metric") == "overall")) \
+        .drop_nulls("value")
+    run = pl.when(pl.col("training_seed") > 0).then(pl.format("|r{}", pl.col("training_seed"))).otherwise(pl.lit(""))
     return rows.select("system", "context_id",
-                       item=pl.concat_str(pl.col("context_id"), pl.lit("|"), pl.col("seed").cast(pl.String)),
+                       item=pl.concat_str(pl.col("context_id"), pl.lit("|"), pl.col("seed").cast(pl.String), run),
                        judge=pl.col("judge"), value=pl.col("value"))
 
 
@@ -330,13 +350,15 @@ def independence(contexts: pl.DataFrame) -> dict[str, Any]:
 def build_summary(run: str, systems: list[str], seeds: list[int], judges: dict[str, Any], contexts: pl.DataFrame,
                   scores: pl.DataFrame, conversations: pl.DataFrame,
                   confidence: float = 0.95, resamples: int = 2000, seed: int = 0,
-                  primary: dict[str, Any] | None = None, judgments: pl.DataFrame | None = None) -> dict[str, Any]:
+                  primary: dict[str, Any] | None = None, judgments: pl.DataFrame | None = None,
+                  training_seeds: int = 1) -> dict[str, Any]:
     """Everything report.md and summary.json show."""
     from mascot.evaluation.systems import REPLY_MARKER, SYSTEMS
 
     results = evaluation_results(scores, contexts, systems, confidence, resamples, seed)
     splits = split_results(scores, contexts, systems, confidence, resamples, seed)
-    return {"run": run, "systems": systems, "descriptions": {name: SYSTEMS[name].description for name in systems}, "seeds": seeds, "judges": judges,
+    return {"run": run, "systems": systems, "descriptions": {name: SYSTEMS[name].description for name in systems}, "seeds": seeds,
+            "training_seeds": training_seeds, "judges": judges,
             "contexts": dict(contexts.group_by("eval_set", maintain_order=True).len().iter_rows()),
             "independence": independence(contexts),
             "confidence": confidence, "metrics": metric_names(scores),

@@ -6,6 +6,12 @@ score is first averaged within each context; comparisons pair two systems contex
 The paired test is a sign-flip permutation test of the mean of those differences (the quantity the
 interval is on; no assumption that judge scores are normal), and the p-values of every comparison a
 report makes are Holm-corrected together (`results.build_summary`).
+
+A system built from the trained Speaker or Director is played once per training run (`eval.training_seeds`). A
+run's luck is shared by every context it plays, so runs are crossed with contexts, not nested in them: with more than
+one run, each bootstrap resample draws the clusters and, once for all of them, the runs, both with replacement
+(a two-level bootstrap), and the interval holds training variance. With one run, every figure is computed exactly as
+without runs.
 """
 
 from __future__ import annotations
@@ -16,6 +22,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from mascot.stats import clustered_mean, crossed_clustered_mean
+
+OVER_CLUSTERS = "percentile bootstrap over clusters"
+OVER_RUNS = "percentile bootstrap over clusters and training seeds (each resample draws both, with replacement)"
 
 
 def per_context_means(values: Sequence[float | None], contexts: Sequence[str]) -> dict[str, float]:
@@ -29,19 +38,27 @@ def per_context_means(values: Sequence[float | None], contexts: Sequence[str]) -
 
 def summarise(values: Sequence[float | None], contexts: Sequence[str], seeds: Sequence[int],
               confidence: float = 0.95, resamples: int = 2000, seed: int = 0,
-              clusters: Sequence[str] | None = None) -> dict:
-    """One system's metric: mean ± sd over items, n items, contexts, clusters and seeds, and a bootstrap
-    interval of the mean that resamples clusters (each item's unit of independence, a meeting say; by
-    default its context). Items with no value (None) are counted apart."""
+              clusters: Sequence[str] | None = None, runs: Sequence[int] | None = None) -> dict:
+    """One system's metric: mean ± sd over items, n items, contexts, clusters, seeds and training runs, and a
+    bootstrap interval of the mean that resamples clusters (each item's unit of independence, a meeting say; by
+    default its context) and, where the items come from more than one training run (`runs`), the runs too, crossed
+    with the clusters (`crossed_clustered_mean`). Items with no value (None) are counted apart."""
     clusters = contexts if clusters is None else clusters
-    kept = [(float(v), c, s, u) for v, c, s, u in zip(values, contexts, seeds, clusters, strict=True) if v is not None]
-    result = clustered_mean([v for v, _, _, _ in kept], [u for _, _, _, u in kept], confidence, resamples, seed)
-    array = np.asarray([v for v, _, _, _ in kept])
+    runs = [0] * len(values) if runs is None else runs
+    kept = [(float(v), c, s, u, r) for v, c, s, u, r in zip(values, contexts, seeds, clusters, runs, strict=True)
+            if v is not None]
+    items, units, trained = [k[0] for k in kept], [k[3] for k in kept], [k[4] for k in kept]
+    if len(set(trained)) > 1:
+        result = crossed_clustered_mean(items, units, [str(r) for r in trained], confidence, resamples, seed)
+        result["clusters"], interval = result["rows"], OVER_RUNS
+    else:
+        result, interval = clustered_mean(items, units, confidence, resamples, seed), OVER_CLUSTERS
+    array = np.asarray(items)
     return {"mean": result["value"], "sd": float(array.std(ddof=1)) if array.size > 1 else None,
-            "n": result["n"], "contexts": len({c for _, c, _, _ in kept}), "clusters": result["clusters"],
-            "seeds": len({s for _, _, s, _ in kept}), "undefined": len(values) - len(kept),
+            "n": result["n"], "contexts": len({k[1] for k in kept}), "clusters": result["clusters"],
+            "seeds": len({k[2] for k in kept}), "training_seeds": len(set(trained)), "undefined": len(values) - len(kept),
             "ci_low": result["ci_low"], "ci_high": result["ci_high"], "confidence": confidence,
-            "interval": "percentile bootstrap over clusters"}
+            "interval": interval}
 
 
 def paired_comparison(system: dict[str, float], baseline: dict[str, float], confidence: float = 0.95,
@@ -54,8 +71,47 @@ def paired_comparison(system: dict[str, float], baseline: dict[str, float], conf
     interval = clustered_mean(differences, shared, confidence, resamples, seed)
     result = {"mean": interval["value"], "sd": float(np.std(differences, ddof=1)) if len(shared) > 1 else None,
               "contexts": len(shared), "ci_low": interval["ci_low"], "ci_high": interval["ci_high"],
-              "confidence": confidence, "interval": "percentile bootstrap over clusters"}
+              "confidence": confidence, "interval": OVER_CLUSTERS}
     return result | sign_flip_test(differences, seed=seed)
+
+
+def paired_comparison_over_runs(system: dict[tuple[str, int], float], baseline: dict[tuple[str, int], float],
+                                confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> dict:
+    """system - baseline over the (unit, training run) cells both have, a unit being a cluster of contexts: each
+    unit's difference is the mean of its runs' differences (a system played once, untrained, is the same in every
+    run's cell), and the mean, sd and sign-flip p are those of `paired_comparison` over these per-unit differences,
+    so with one run this is `paired_comparison` exactly. With more, the interval is a two-level bootstrap: each
+    resample draws the units and, once for all of them (a run's luck is shared by every context it plays), the runs,
+    both with replacement; a unit's difference is then the mean over the drawn runs, counted as often as drawn, and
+    a unit none of whose drawn runs it has is left out of that resample. The p-value takes the runs as they are (the
+    runs are too few to permute), so only the interval holds training variance, and the result says so."""
+    shared = sorted(system.keys() & baseline.keys())
+    run_ids = sorted({run for _, run in shared})
+    units = sorted({unit for unit, _ in shared})
+    if len(run_ids) <= 1:
+        result = paired_comparison({unit: system[(unit, run)] for unit, run in shared},
+                                   {unit: baseline[(unit, run)] for unit, run in shared}, confidence, resamples, seed)
+        return result | {"training_seeds": len(run_ids)}
+    cells = np.full((len(units), len(run_ids)), np.nan)
+    for unit, run in shared:
+        cells[units.index(unit), run_ids.index(run)] = system[(unit, run)] - baseline[(unit, run)]
+    per_unit = np.nanmean(cells, axis=1)
+    result = paired_comparison(dict(zip(units, per_unit, strict=True)), dict.fromkeys(units, 0.0), confidence,
+                               resamples, seed)
+    rng = np.random.default_rng(seed)
+    unit_draws = rng.multinomial(len(units), np.full(len(units), 1 / len(units)), size=resamples)
+    run_draws = rng.multinomial(len(run_ids), np.full(len(run_ids), 1 / len(run_ids)), size=resamples)
+    present, values = ~np.isnan(cells), np.nan_to_num(cells)
+    weight = run_draws @ present.T  # resample x unit: the drawn runs each unit has
+    with np.errstate(invalid="ignore", divide="ignore"):
+        unit_means = (run_draws @ values.T) / weight
+    counted = unit_draws * (weight > 0)
+    kept = counted.sum(axis=1) > 0
+    means = (np.nan_to_num(unit_means) * counted)[kept].sum(axis=1) / counted[kept].sum(axis=1)
+    tail = (1 - confidence) / 2
+    low, high = (float(q) for q in np.quantile(means, [tail, 1 - tail]))
+    return result | {"ci_low": low, "ci_high": high, "interval": OVER_RUNS, "training_seeds": len(run_ids),
+                     "p_conditional_on_runs": True}
 
 
 EXACT_SIGN_FLIPS = 16  # up to 2^16 = 65,536 sign assignments are enumerated; beyond, a seeded sample of them

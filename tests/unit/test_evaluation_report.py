@@ -122,7 +122,11 @@ def test_the_report_states_each_systems_token_budget_and_whether_they_match():
         resamples=100) | {"preferences": [], "budgets": budgets}
     report = report_markdown(summary)
     assert "Budgets are matched: every system may write 80 companion tokens per block" in report
-    assert "Training runs: 1. The 1 seed(s) are evaluation sampling seeds over this run's one training" in report
+    assert ("Training seeds: 1 (eval.training_seeds). The 1 seed(s) are evaluation sampling seeds over this run's "
+            "one training") in report and "not of training" in report
+    three = report_markdown(summary | {"training_seeds": 3})
+    assert "Training seeds: 3 (eval.training_seeds)" in three and "trained 3 times" in three
+    assert "so they hold training variance" in three and "not of training" not in three
     assert "| MASCOT (`mascot`) |" in report and "| 2 × 40 = 80 | 3.0 |" in report and "| 1 × 80 = 80 | 3.0 | 5 (400 tokens) |" in report
     summary["budgets"]["zero_shot"] |= {"turn_tokens": 40, "block_tokens": 40}
     assert "**Budgets are not matched: companion tokens per block range over 40, 80**" in report_markdown(summary)

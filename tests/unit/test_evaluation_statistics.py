@@ -288,3 +288,94 @@ def test_minimum_detectable_effect_by_hand():
     assert minimum_detectable_effect(10.0, 9, 0.005) > minimum_detectable_effect(10.0, 9, 0.05)
     assert minimum_detectable_effect(10.0, 4, 0.05) > minimum_detectable_effect(10.0, 9, 0.05)
     assert minimum_detectable_effect(10.0, 1, 0.05) is None and minimum_detectable_effect(None, 9, 0.05) is None
+
+
+def _summary_of(rows: list[dict], contexts: list[str], clusters: list[str] | None = None, resamples: int = 500):
+    import polars as pl
+
+    from mascot.evaluation.results import build_summary
+    from mascot.evaluation.scoring import SCORE_SCHEMA
+
+    schema = dict(SCORE_SCHEMA) | ({"training_seed": pl.Int64} if "training_seed" in rows[0] else {})
+    frame = pl.DataFrame({"context_id": contexts, "eval_set": ["held_out"] * len(contexts),
+                          "cluster": clusters or contexts, "valence": [None] * len(contexts),
+                          "meeting_type": [None] * len(contexts)},
+                         schema_overrides={"valence": pl.String, "meeting_type": pl.String})
+    played = pl.DataFrame({"role": ["companion"], "reasoning_marked": [None]},
+                          schema_overrides={"reasoning_marked": pl.Boolean})
+    systems = sorted({row["system"] for row in rows}, key=["mascot", "mascot_p", "zero_shot"].index)
+    return build_summary("r", systems, [0, 1], {}, frame, pl.DataFrame(rows, schema=schema), played,
+                         resamples=resamples)["results"]["held_out"]
+
+
+def _one_run_rows() -> list[dict]:
+    """8 contexts in 6 meetings, 2 evaluation seeds, MASCOT, MASCOT-P and Zero-Shot, one Zero-Shot conversation
+    missing: the frame whose figures the code before training seeds gave (below)."""
+    rng = np.random.default_rng(7)
+    rows = []
+    for c in range(8):
+        for seed in (0, 1):
+            for system, shift in (("mascot", 6.0), ("mascot_p", 3.0), ("zero_shot", 0.0)):
+                if (c, seed, system) == (2, 1, "zero_shot"):
+                    continue
+                rows.append({"system": system, "context_id": f"c{c}", "seed": seed, "level": "persona",
+                             "metric": "overall", "judge": "j", "value": round(50 + shift + 10 * rng.normal(), 2)})
+    return rows
+
+
+def test_with_one_training_seed_every_figure_is_the_one_computed_before_training_seeds():
+    contexts, clusters = [f"c{c}" for c in range(8)], ["m0", "m0", "m1", "m2", "m3", "m3", "m4", "m5"]
+    # Computed on this frame by the code before eval.training_seeds (commit ed261bb's mascot/evaluation).
+    before = {"summaries": [["mascot", 52.230625, 48.41629761904762, 57.256765625],
+                            ["mascot_p", 47.76625, 42.10972916666667, 52.847036363636356],
+                            ["zero_shot", 48.85933333333334, 44.89785714285715, 52.845000000000006]],
+              "comparisons": [["mascot_p", 6.4170833333333315, -1.9812500000000028, 15.713833333333334, 0.375, 16, 0],
+                              ["zero_shot", 3.3941666666666648, -1.3355833333333353, 7.453749999999999, 0.28125, 15,
+                               1]]}
+    for rows in (_one_run_rows(), [row | {"training_seed": 0} for row in _one_run_rows()]):
+        result = _summary_of(rows, contexts, clusters)
+        assert [[e["system"], e["mean"], e["ci_low"], e["ci_high"]] for e in result["summaries"]] \
+            == before["summaries"]
+        assert [[e["baseline"], e["mean"], e["ci_low"], e["ci_high"], e["p"], e["pairs"], e["unpaired"]]
+                for e in result["comparisons"]] == before["comparisons"]
+        assert {e["training_seeds"] for e in result["summaries"] + result["comparisons"]} == {1}
+        assert {e["interval"] for e in result["summaries"]} == {"percentile bootstrap over clusters"}
+
+
+def test_training_seeds_that_differ_widen_the_interval_and_an_ablation_meets_mascot_run_by_run():
+    """Three training runs of MASCOT whose luck differs by 15 points, on 12 contexts that differ little: the interval
+    resamples the runs and is wider than the one of each context's mean over the runs; MASCOT-P, an ablation of the
+    same runs, is paired with MASCOT run by run, so the runs' luck cancels from their difference."""
+    rng = np.random.default_rng(1)
+    contexts, offsets = [f"c{c}" for c in range(12)], (-15.0, 0.0, 15.0)
+    base = {c: 50 + rng.normal() for c in contexts}
+    rows, means = [], []
+    for c in contexts:
+        common = {"context_id": c, "seed": 0, "level": "persona", "metric": "overall", "judge": "j"}
+        runs = [base[c] + offset + rng.normal() for offset in offsets]
+        for run, value in enumerate(runs):
+            rows.append(common | {"system": "mascot", "training_seed": run, "value": value + 5})
+            rows.append(common | {"system": "mascot_p", "training_seed": run, "value": value + 2})
+        rows.append(common | {"system": "zero_shot", "training_seed": 0, "value": base[c]})
+        means += [common | {"system": "mascot", "training_seed": 0, "value": float(np.mean(runs)) + 5},
+                  common | {"system": "zero_shot", "training_seed": 0, "value": base[c]}]
+    three, pooled = _summary_of(rows, contexts), _summary_of(means, contexts)
+
+    def width(entry):
+        return entry["ci_high"] - entry["ci_low"]
+
+    mascot = next(e for e in three["summaries"] if e["system"] == "mascot")
+    mascot_mean = next(e for e in pooled["summaries"] if e["system"] == "mascot")
+    assert mascot["training_seeds"] == 3 and "training seeds" in mascot["interval"]
+    assert mascot["mean"] == pytest.approx(mascot_mean["mean"])
+    assert width(mascot) > 3 * width(mascot_mean)
+    against = {e["baseline"]: e for e in three["comparisons"]}
+    against_mean = {e["baseline"]: e for e in pooled["comparisons"]}
+    zero_shot = against["zero_shot"]
+    assert zero_shot["training_seeds"] == 3 and zero_shot["pairs"] == 36
+    assert zero_shot["mean"] == pytest.approx(against_mean["zero_shot"]["mean"]) == pytest.approx(5, abs=1)
+    assert width(zero_shot) > 3 * width(against_mean["zero_shot"])
+    assert zero_shot["ci_low"] < 0 < zero_shot["ci_high"], "three runs 15 points apart cannot tell 5 from 0"
+    ablation = against["mascot_p"]
+    assert ablation["pairs"] == 36 and ablation["mean"] == pytest.approx(3, abs=0.5)
+    assert width(ablation) < 2 and ablation["ci_low"] > 0
