@@ -22,14 +22,15 @@ from flows.failures import completed, stopped_at_step
 from flows.naming import flow_run_name, resume_stage
 from flows.runners import step_settings, threads
 from mascot import tracking
-from mascot.artifacts import Artifact, RunDir
+from mascot.artifacts import Artifact, RunDir, training_seed_name
 from mascot.config import RunConfig, load_config
+from mascot.config.evaluation import SEEDED_SYSTEMS
 from mascot.evaluation.baselines import few_shot_examples
 from mascot.evaluation.conversations import ConversationJob
 from mascot.evaluation.pairwise import PairwiseJob
 from mascot.evaluation.report import ReportSpec, judges_of
 from mascot.evaluation.scoring import ScoringJob
-from mascot.evaluation.systems import Components, default_block_tokens, system_setup
+from mascot.evaluation.systems import Components, SystemSetup, default_block_tokens, system_setup
 from mascot.judges.panel import PanelSpec, judge_rubric_problem
 from mascot.roster import load_roster, load_user_profiles
 from mascot.rubrics import load_rubric
@@ -60,6 +61,11 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
     speaker = config.eval.speaker or config.stage2.speaker
     adapter = run.recorded("stage1/speaker", "the evaluation's MASCOT") \
         if needs_adapter(speaker) or run.is_recorded("stage1/speaker") else None
+    # eval.training_seeds > 1: each further training seed's Speaker and GRPO Director, which MASCOT and its ablations
+    # play again (seed 0's are the ones above)
+    retrained = [(run.recorded(f"stage1/{training_seed_name('speaker', index)}", f"training seed {index}'s MASCOT"),
+                  run.recorded(f"stage2/{training_seed_name('director', index)}", f"training seed {index}'s MASCOT"))
+                 for index in range(1, config.training_seeds)]
     run.start(config, Path(config_path), stage=resume_stage("eval"), until="report")
     cache = step_settings(run, refresh)
 
@@ -74,16 +80,21 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
                                                                        run.path("eval", "sft"))
                 run.record(artifacts)
             parts = components(config, adapter, directors, artifacts.get("eval/sft"), run.root)
+            # Systems built from the trained Speaker or Director play once more per further training seed.
+            again = [components(config, speaker_k, directors | {"grpo": director_k}, None, run.root, index)
+                     for index, (speaker_k, director_k) in enumerate(retrained, 1)]
+            seeded = [(index, name, own) for index, own in enumerate(again, 1) for name in systems
+                      if name in SEEDED_SYSTEMS]
             examples = few_shot_examples(stage1["contexts"], stage1["candidates"], stage1["judgments"],
                                          evaluation.few_shot_examples, config.run.seed)
             users = load_user_profiles(config.data.users).profiles if config.data.users else []
             block_turns = evaluation.block_turns or stage.episodes.block_turns
             block_tokens = evaluation.block_tokens or default_block_tokens(block_turns, parts)
-            setups = [system_setup(name, parts, roster, assistant, users, block_turns,
+            setups = [system_setup(name, own, roster, assistant, users, block_turns,
                                    stage.episodes.max_directive_attempts, examples, evaluation.self_consistency_samples,
                                    block_tokens=block_tokens, cot_reasoning_tokens=evaluation.cot_reasoning_tokens,
-                                   cot_attempts=evaluation.cot_attempts)
-                      for name in systems]
+                                   cot_attempts=evaluation.cot_attempts).model_copy(update={"training_seed": index})
+                      for index, name, own in [*((0, name, parts) for name in systems), *seeded]]
 
             contexts = steps.write_eval_contexts(config.data, stage1["contexts"], config.run.seed,
                                                  evaluation.out_of_domain, run.path("eval", "contexts.parquet"))
@@ -103,9 +114,9 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
                     shards.append(steps.play_conversations.submit(
                         ConversationJob(system=setup, contexts=contexts, seeds=evaluation.seeds,
                                         blocks=evaluation.blocks, requests=config.cache.requests),
-                        ids[i:i + size], run.shard("eval", f"conversations-{setup.name}", i // size)))
+                        ids[i:i + size], run.shard("eval", f"conversations-{played_as(setup)}", i // size)))
                     judged.append(steps.judge_conversations.submit(
-                        job, shards[-1], run.shard("eval", f"judgments-{setup.name}", i // size)))
+                        job, shards[-1], run.shard("eval", f"judgments-{played_as(setup)}", i // size)))
             played = steps.merge_conversations(completed(shards), run.path("eval", "conversations.parquet"))
             artifacts |= {"eval/contexts": contexts, "eval/conversations": played}
             run.record(artifacts)
@@ -127,24 +138,31 @@ def evaluate(config_path: str, run_name: str | None = None, refresh: bool = Fals
                               budgets={setup.name: setup.budget for setup in setups},
                               primary=evaluation.primary.model_dump(),
                               resamples=evaluation.bootstrap_resamples, seed=config.run.seed,
-                              collective_rubric=job.group_panel.rubric.name)
+                              collective_rubric=job.group_panel.rubric.name, training_seeds=config.training_seeds)
             artifacts |= steps.report_evaluation(spec, contexts, scores, played, preferences, run.path("eval", "report"),
                                                   judgments)
             run.record(artifacts)
     return artifacts
 
 
+def played_as(setup: SystemSetup) -> str:
+    """A system's name in its shards' file names: with its training seed beyond the first (`name-seed1`)."""
+    return training_seed_name(setup.name, setup.training_seed)
+
+
 def components(config: RunConfig, speaker: Artifact | None, directors: dict[str, Artifact],
-               sft: Artifact | None, run_root: Path) -> Components:
+               sft: Artifact | None, run_root: Path, training_seed: int = 0) -> Components:
     """The roles the systems are built from: the run's adapters on the server where the config names one (loaded
     there, or checked, before any request), else in this process (`speaker` is Stage 1's, `directors` Stage 2's by
-    method, `sft` the baseline's)."""
+    method, `sft` the baseline's). A further training seed's Speaker and Director are served under role names of
+    their own (`speaker-seed1`), so that loading one retires no other seed's."""
     evaluation, stage, train = config.eval, config.stage2, config.train
     dpo = directors.get("dpo")
 
     def served(backend, role: str, adapter: Artifact | None):
         # A role with no adapter in the run is served by hand, or belongs to a system the run does not evaluate.
         wanted = serves(backend) and (adapter is not None or not backend.load_adapter)
+        role = training_seed_name(role, training_seed) if role in ("speaker", "director") else role
         return serve_adapter(backend, role, adapter, run_root) if wanted else backend
 
     return Components(

@@ -25,7 +25,7 @@ from flows.failures import completed, stopped_at_step
 from flows.naming import flow_run_name, resume_stage
 from flows.runners import step_settings, threads
 from mascot import tracking
-from mascot.artifacts import Artifact, RunDir
+from mascot.artifacts import Artifact, RunDir, training_seed_name
 from mascot.config import load_config
 from mascot.judges.panel import PanelSpec, judge_rubric_problem
 from mascot.queries import Queries
@@ -91,6 +91,11 @@ def stage1(config_path: str, run_name: str | None = None, until: Until = "speake
             if until == "speaker":
                 artifacts["stage1/speaker"] = speaker = steps.train_speaker(
                     train.speaker, queries, persona_rm, run.path("stage1", "speaker"))
+                # eval.training_seeds > 1: the same training again under seeds offset by 1..N-1, beside the first
+                for index in range(1, config.training_seeds):
+                    name = training_seed_name("speaker", index)
+                    artifacts[f"stage1/{name}"] = steps.train_speaker(
+                        train.speaker.reseeded(index), queries, persona_rm, run.path("stage1", name))
                 run.record(artifacts)
                 held_out = queries.held_out()
                 samples = steps.sample_policies(train.speaker, train.before_after, held_out, speaker, requests,

@@ -23,7 +23,7 @@ from flows.failures import completed, stopped_at_step
 from flows.naming import flow_run_name, resume_stage
 from flows.runners import step_settings, threads
 from mascot import tracking
-from mascot.artifacts import Artifact, RunDir
+from mascot.artifacts import Artifact, RunDir, training_seed_name
 from mascot.config import load_config
 from mascot.judges.panel import PanelSpec, judge_rubric_problem
 from mascot.roster import load_roster, load_user_profiles
@@ -93,6 +93,16 @@ def stage2(config_path: str, run_name: str | None = None, director_method: Direc
             if director_method == "grpo":
                 director = steps.train_director(train.director, setting, episodes, group_rm, run.path("stage2", name))
                 policy = train.director
+                # eval.training_seeds > 1: the group trained again, each Director with its own seed's Speaker in
+                # its rollouts, from the same episodes and group reward model, beside the first
+                for index in range(1, config.training_seeds):
+                    seeded, role = training_seed_name(name, index), training_seed_name("speaker", index)
+                    own = run.recorded(f"stage1/{role}", f"stage 2's Director of training seed {index}")
+                    speaker_k = serve_adapter(stage.speaker, role, own, run.root) if serves(stage.speaker) \
+                        else stage.speaker or policy_backend(train.speaker, own.path)
+                    rollouts = setting.model_copy(update={"cast": cast.model_copy(update={"speaker": speaker_k})})
+                    artifacts[f"stage2/{seeded}"] = steps.train_director(
+                        train.director.reseeded(index), rollouts, episodes, group_rm, run.path("stage2", seeded))
             else:
                 director = steps.train_director_dpo(train.director_dpo, pairs, contexts, stage.episodes,
                                                     run.path("stage2", name))

@@ -158,6 +158,13 @@ def link(path: Path, target: Path) -> None:
     os.replace(temporary, path)
 
 
+def training_seed_name(name: str, training_seed: int) -> str:
+    """The run directory's name of a trained part (`speaker`, `director`) for a training seed of
+    eval.training_seeds: the name itself for seed 0, so a run trained once is laid out as before, and
+    `<name>-seed<k>` beside it for the others."""
+    return name if training_seed == 0 else f"{name}-seed{training_seed}"
+
+
 def dir_artifact(path: Path) -> Artifact:
     return Artifact(path=path, sha256=path_sha256(path))
 

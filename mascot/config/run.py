@@ -165,6 +165,16 @@ class RunConfig(Section):
                                      "would see them all and train on one (TRL refuses nn.DataParallel); give it "
                                      "accelerate_config: ../deployments/accelerate/multi_gpu.yaml, or list one GPU "
                                      "in gpus.train")
+        if self.eval is not None and self.eval.training_seeds > 1:
+            roles = [("stage2", "speaker"), ("eval", "speaker"), ("eval", "director")]
+            for section, role in roles:
+                backend = getattr(getattr(self, section), role)
+                if backend is not None and backend.kind == "openai" and not backend.load_adapter:
+                    raise FieldError((section, role, "load_adapter"), (
+                        f"eval.training_seeds is {self.eval.training_seeds}, so each training seed's adapter must "
+                        f"reach the server, but {section}.{role} names a module served by hand, which is one adapter; "
+                        "set load_adapter: true (the flow loads each seed's adapter under its own name), leave the "
+                        "role in this process, or set eval.training_seeds: 1"))
         for trainer in self.train.trainers.values():  # a trainer without its own seed takes the run's
             if trainer.seed is None:
                 trainer.seed = self.run.seed
@@ -199,6 +209,11 @@ class RunConfig(Section):
         for name, trainer in self.train.trainers.items():
             refs[("train", name, "model")] = trainer.model
         return refs
+
+    @property
+    def training_seeds(self) -> int:
+        """Training runs of the Speaker's GRPO and the GRPO Director (eval.training_seeds; 1 without an evaluation)."""
+        return self.eval.training_seeds if self.eval is not None else 1
 
     @property
     def run_dir(self) -> Path:

@@ -54,6 +54,13 @@ class TrainerConfig(Section):
     seed: int | None = Field(default=None, ge=0, description="Seed of the model head, data order and sampling "
                              "(default: run.seed).")
 
+    def reseeded(self, training_seed: int) -> TrainerConfig:
+        """This trainer for training seed `training_seed` of eval.training_seeds: its seed offset by it (seed 0 is
+        this trainer itself, so one training run trains as before)."""
+        if training_seed == 0:
+            return self
+        return self.model_copy(update={"seed": (self.seed or 0) + training_seed})
+
     @model_validator(mode="after")
     def _precision_fits_device(self) -> TrainerConfig:
         if self.bf16 and self.use_cpu:

@@ -6,8 +6,10 @@
 trained on Empathetic Dialogues). No training step ever read any of them.
 
 A conversation is `eval.blocks` blocks after the context, the simulated user's turn between two.
-Its requests are seeded by the evaluation seed, the context and the turn's position, never by
-the system: every system's Speaker, and the user in every conversation, draw the same random
+A system built from the trained Speaker or Director plays them once per training seed
+(eval.training_seeds), each with that seed's adapters; its rows say which (`training_seed`, 0 for a
+system played once). Its requests are seeded by the evaluation seed, the context and the turn's position,
+never by the system or the training seed: every system's Speaker, and the user in every conversation, draw the same random
 numbers at the same place (common random numbers), so differences between systems are not
 differences of luck. conversations.parquet has one row per turn after the context.
 """
@@ -36,7 +38,7 @@ CONVERSATION_SCHEMA = {
     "system": pl.String, "context_id": pl.String, "seed": pl.Int64, "user_profile": pl.String, "block": pl.Int64,
     "turn_idx": pl.Int64, "role": pl.String, "speaker": pl.String, "text": pl.String, "request_seed": pl.Int64,
     "directive": pl.String, "director_seed": pl.Int64, "directive_attempts": pl.Int64, "fallback": pl.Boolean,
-    "samples": pl.Int64, "reasoning_marked": pl.Boolean, "reasoning_attempts": pl.Int64,
+    "samples": pl.Int64, "reasoning_marked": pl.Boolean, "reasoning_attempts": pl.Int64, "training_seed": pl.Int64,
 }
 
 
@@ -155,15 +157,32 @@ def play_shard(job: ConversationJob, ids: list[str], out: Path) -> Artifact:
                          "turn_idx": start + k, **stored,
                          "samples": setup.samples if turn.role == "companion" else None,
                          "reasoning_marked": marked.get(turn.seed) if turn.role == "companion" else None,
-                         "reasoning_attempts": attempts.get(turn.seed) if turn.role == "companion" else None})
+                         "reasoning_attempts": attempts.get(turn.seed) if turn.role == "companion" else None,
+                         "training_seed": setup.training_seed})
     return write_parquet(pl.DataFrame(rows, schema=CONVERSATION_SCHEMA), out)
 
 
-def read_conversations(conversations: Artifact) -> dict[tuple[str, str, int], list[Turn]]:
-    """Every conversation of conversations.parquet, by (system, context id, evaluation seed), its turns in
-    order, each with its own request seed."""
+def with_training_seed(frame: pl.DataFrame) -> pl.DataFrame:
+    """A frame of conversations, scores or preferences with its `training_seed` column: the training run the
+    system's trained parts came from (eval.training_seeds), 0 for a system played once and in a file from before
+    the column."""
+    if "training_seed" not in frame.columns:
+        return frame.with_columns(training_seed=pl.lit(0, pl.Int64))
+    return frame.with_columns(pl.col("training_seed").fill_null(0))
+
+
+def read_conversations(conversations: Artifact) -> dict[tuple[str, str, int, int], list[Turn]]:
+    """Every conversation of conversations.parquet, by (system, context id, evaluation seed, training seed), its
+    turns in order, each with its own request seed."""
     played = {}
-    for key, rows in conversations.read_parquet().group_by("system", "context_id", "seed", maintain_order=True):
+    for key, rows in with_training_seed(conversations.read_parquet()).group_by(
+            "system", "context_id", "seed", "training_seed", maintain_order=True):
         played[key] = [row_turn({**row, "seed": row["request_seed"]})
                        for row in rows.sort("turn_idx").iter_rows(named=True)]
     return played
+
+
+def of_training_seed(played: dict[tuple[str, str, int, int], list[Turn]], training_seed: int = 0
+                     ) -> dict[tuple[str, str, int], list[Turn]]:
+    """The conversations of one training seed (and of every system played once), by (system, context id, seed)."""
+    return {key[:3]: turns for key, turns in played.items() if key[3] == training_seed}

@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from mascot.artifacts import Artifact, RunDir, atomic_path, file_sha256, write_json, write_text
 from mascot.data.contexts import read_contexts
 from mascot.dialogue.turns import Turn, opening_query, opening_turns
-from mascot.evaluation.conversations import read_conversations
+from mascot.evaluation.conversations import of_training_seed, read_conversations, with_training_seed
 from mascot.evaluation.human_sheet import Line, SheetItem, render_sheet_html
 from mascot.evaluation.statistics import judge_agreement, win_rate
 from mascot.evaluation.systems import SYSTEMS
@@ -203,7 +203,7 @@ def export_sheets(run_dir: Path, out: Path, key_path: Path, *, seed: int = 0, pe
     conversations = evaluation_artifact(run, "eval/conversations")
     contexts_artifact = evaluation_artifact(run, "eval/contexts")
     roster, assistant = run_rosters(run)
-    played = read_conversations(conversations)
+    played = of_training_seed(read_conversations(conversations))  # MASCOT's first training seed
     pairs = [(system, c, s) for system, c, s in played if system != MASCOT and (MASCOT, c, s) in played]
     available = sorted({baseline for baseline, _, _ in pairs})
     if not available:
@@ -297,7 +297,7 @@ def sheet_items(run_dir: Path, key_path: Path, rater: str | None = None) -> list
                                 "out (the page asks for the rater's id)")
     conversations = key_conversations(run, key, key_path)
     roster, assistant = run_rosters(run)
-    played = read_conversations(conversations)
+    played = of_training_seed(read_conversations(conversations))
     contexts = read_contexts(evaluation_artifact(run, "eval/contexts"))
     return [sheet_item(item_id, item, played, contexts, roster, assistant)
             for item_id, item in key.raters_items(rater).items()]
@@ -476,6 +476,8 @@ def judge_outcomes(preferences: pl.DataFrame | None) -> dict[tuple[str, str, int
     `pairwise.preference_results` reads it: a win or a loss where both orders agree, else a tie."""
     if preferences is None or preferences.is_empty():
         return {}
+    # The sheets show MASCOT's first training seed (export_sheets), so the judge's verdicts on it are compared.
+    preferences = with_training_seed(preferences).filter(pl.col("training_seed") == 0)
     wide = preferences.pivot(on="order", index=["baseline", "context_id", "seed"], values="mascot")
     if not {"mascot_first", "mascot_second"} <= set(wide.columns):
         return {}

@@ -24,10 +24,11 @@ from pydantic import BaseModel, ConfigDict
 
 from mascot.artifacts import Artifact, write_parquet
 from mascot.config import JudgeConfig, SamplingParams
+from mascot.config.evaluation import SEEDED_SYSTEMS
 from mascot.data.contexts import read_contexts
 from mascot.data.qmsum import meeting_query
 from mascot.dialogue.turns import Turn, opening_turns
-from mascot.evaluation.conversations import read_conversations
+from mascot.evaluation.conversations import read_conversations, with_training_seed
 from mascot.evaluation.statistics import win_rate
 from mascot.evaluation.systems import SYSTEMS
 from mascot.judges.group import BlockItem, GroupHeuristicJudge, turn_lines
@@ -45,7 +46,8 @@ TIE_MARGIN = 0.1  # the heuristic pairwise judge's smallest overall-score gap (1
 VERDICTS = ("A", "B", "tie")
 PREFERENCE_SCHEMA = {"baseline": pl.String, "context_id": pl.String, "seed": pl.Int64, "order": pl.String,
                      "judge": pl.String, "winner": pl.String, "mascot": pl.Float64, "reason": pl.String,
-                     "ok": pl.Boolean, "error": pl.String, "attempts": pl.Int64, "rubric": pl.String}
+                     "ok": pl.Boolean, "error": pl.String, "attempts": pl.Int64, "rubric": pl.String,
+                     "training_seed": pl.Int64}  # MASCOT's (eval.training_seeds), whose conversation was compared
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,9 @@ class PairwiseJob(BaseModel):
 
 
 def judge_preferences(job: PairwiseJob, conversations: Artifact, out: Path) -> Artifact:
-    """Both orders of every (baseline, context, seed) against MASCOT: one row per order."""
+    """Both orders of every (baseline, context, seed) against MASCOT: one row per order. Each of MASCOT's training
+    seeds is compared: with a baseline's conversation of the same training seed where the baseline is an ablation
+    of the same trained parts, else with the baseline's one conversation."""
     cache = shared_cache(job.requests)
     judges = {rubric.name: make_pairwise_judge(job.judge, rubric, cache)
               for rubric in {job.rubric.name: job.rubric, **({job.neutral_rubric.name: job.neutral_rubric}
@@ -160,11 +164,16 @@ def judge_preferences(job: PairwiseJob, conversations: Artifact, out: Path) -> A
     contexts = read_contexts(job.contexts)
     sides = {key: Side(job.roster if SYSTEMS[key[0]].group else job.assistant, turns)
              for key, turns in read_conversations(conversations).items()}
-    pairs = [(baseline, context_id, seed) for (baseline, context_id, seed) in sides
-             if baseline != "mascot" and ("mascot", context_id, seed) in sides]
+    runs: dict[tuple[str, int], list[int]] = {}  # MASCOT's training seeds of each (context, seed)
+    for system, context_id, seed, run in sides:
+        if system == "mascot":
+            runs.setdefault((context_id, seed), []).append(run)
+    pairs = [(baseline, context_id, seed, run, theirs) for (baseline, context_id, seed, theirs) in sides
+             if baseline != "mascot"
+             for run in runs.get((context_id, seed), []) if baseline not in SEEDED_SYSTEMS or run == theirs]
 
-    async def both_orders(row, baseline: str, context_id: str, seed: int) -> list[dict]:
-        mascot, other = sides[("mascot", context_id, seed)], sides[(baseline, context_id, seed)]
+    async def both_orders(row, baseline: str, context_id: str, seed: int, run: int, theirs: int) -> list[dict]:
+        mascot, other = sides[("mascot", context_id, seed, run)], sides[(baseline, context_id, seed, theirs)]
         rubric = job.rubric_for(baseline)
         judge = judges[rubric.name]
         results = []
@@ -175,7 +184,8 @@ def judge_preferences(job: PairwiseJob, conversations: Artifact, out: Path) -> A
             row.finished()
             mine = "A" if order == "mascot_first" else "B"
             score = None if verdict.winner is None else 0.5 if verdict.winner == "tie" else float(verdict.winner == mine)
-            results.append({"baseline": baseline, "context_id": context_id, "seed": seed, "order": order,
+            results.append({"baseline": baseline, "context_id": context_id, "seed": seed, "training_seed": run,
+                            "order": order,
                             "judge": judge.name, "winner": verdict.winner, "mascot": score, "reason": verdict.reason,
                             "ok": verdict.winner is not None, "error": verdict.error, "attempts": verdict.attempts,
                             "rubric": rubric.name})
@@ -232,40 +242,49 @@ def length_controlled_win_rate(outcomes: list[float], mascot_words: list[int], b
 def preference_results(preferences: pl.DataFrame, confidence: float = 0.95, resamples: int = 2000,
                        seed: int = 0, clusters: dict[str, str] | None = None,
                        collective_rubric: str | None = None,
-                       lengths: dict[tuple[str, str, int], int] | None = None) -> list[dict]:
+                       lengths: dict[tuple[str, str, int, int], int] | None = None) -> list[dict]:
     """Per baseline: wins, ties and losses of MASCOT, its win rate with an interval over contexts, the
     position-consistency rate, the share of the judge's decisive verdicts (A or B) on the judged pairs that
     picked A (its position bias, 0.5 without one; both orders count), and the pairs left out because an
     order's judgment failed. Intervals resample `clusters` (context id -> its meeting, say; by default each
-    context is its own)."""
+    context is its own), and where MASCOT was played for several training seeds, the training seeds too, crossed
+    with the clusters. `lengths`: companion words by (system, context id, seed, training seed)."""
     cluster = (clusters or {}).get
     results = []
-    for (baseline,), rows in preferences.group_by("baseline", maintain_order=True):
-        wide = rows.pivot(on="order", index=["context_id", "seed"], values="mascot")
+    index = ["context_id", "seed", "training_seed"]
+    for (baseline,), rows in with_training_seed(preferences).group_by("baseline", maintain_order=True):
+        wide = rows.pivot(on="order", index=index, values="mascot")
         judged = wide.drop_nulls(["mascot_first", "mascot_second"])
         first, second = judged["mascot_first"].to_list(), judged["mascot_second"].to_list()
         outcomes = [a if a == b and a != 0.5 else 0.5 for a, b in zip(first, second, strict=True)]
         consistent = sum(a == b for a, b in zip(first, second, strict=True))
-        decisive = rows.join(judged.select("context_id", "seed"), on=["context_id", "seed"]).filter(
+        decisive = rows.join(judged.select(index), on=index).filter(
             pl.col("winner").is_in(["A", "B"]))
         side_a = clustered_mean((decisive["winner"] == "A").cast(pl.Float64).to_list(),
                                 [cluster(c, c) for c in decisive["context_id"]], confidence, resamples, seed)
         rubrics = rows["rubric"].drop_nulls().unique().to_list() if "rubric" in rows.columns else []
-        keys = list(zip(judged["context_id"].to_list(), judged["seed"].to_list(), strict=True))
+        seeded = baseline in SEEDED_SYSTEMS  # its conversation of MASCOT's training seed, else its only one
+        keys = [(c, s, k, k if seeded else 0) for c, s, k in judged.select(index).iter_rows()]
         controlled = None
-        if lengths is not None and all(("mascot", c, s) in lengths and (baseline, c, s) in lengths for c, s in keys):
+        if lengths is not None and all(("mascot", c, s, k) in lengths and (baseline, c, s, b) in lengths
+                                       for c, s, k, b in keys):
             controlled = length_controlled_win_rate(
-                outcomes, [lengths["mascot", c, s] for c, s in keys], [lengths[baseline, c, s] for c, s in keys],
-                [cluster(c, c) for c, _ in keys], confidence, resamples, seed)
+                outcomes, [lengths["mascot", c, s, k] for c, s, k, _ in keys],
+                [lengths[baseline, c, s, b] for c, s, _, b in keys],
+                [cluster(c, c) for c, *_ in keys], confidence, resamples, seed)
+        runs = judged["training_seed"].to_list()
+        crossed = {"raters": [str(k) for k in runs]} if len(set(runs)) > 1 else {}
         results.append({"baseline": baseline, "failed_pairs": wide.height - judged.height,
                         "rubric": rubrics[0] if len(rubrics) == 1 else None, "collective_rubric": collective_rubric,
                         "length_controlled": controlled,
-                        "seeds": judged["seed"].n_unique(),
+                        "seeds": judged["seed"].n_unique(), "training_seeds": len(set(runs)),
                         "position_consistency": consistent / judged.height if judged.height else None,
                         "side_a_share": {"share": side_a["value"], "n": side_a["n"], "ci_low": side_a["ci_low"],
                                          "ci_high": side_a["ci_high"], "confidence": confidence,
                                          "interval": "percentile bootstrap over contexts"},
                         **win_rate(outcomes, [cluster(c, c) for c in judged["context_id"]], confidence, resamples,
-                                   seed),
+                                   seed, **crossed),
+                        **({"interval": "percentile bootstrap over contexts and training seeds, crossed"}
+                           if crossed else {}),
                         "contexts": judged["context_id"].n_unique()})
     return results

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from mascot.artifacts import Artifact, write_json, write_text
+from mascot.evaluation.conversations import with_training_seed
 from mascot.evaluation.pairwise import preference_results
 from mascot.evaluation.plots import ablation_plot, system_dot_plot
 from mascot.evaluation.results import MIN_SPLIT_CONTEXTS, build_summary, with_cluster
@@ -105,10 +106,10 @@ def budget_summary(budgets: dict[str, dict[str, int]], conversations) -> dict[st
     from mascot.evaluation.metrics import words
 
     totals: dict[tuple, int] = {}
-    for system, context, seed, block, role, text in conversations.select(
-            "system", "context_id", "seed", "block", "role", "text").iter_rows():
+    for system, context, seed, run, block, role, text in with_training_seed(conversations).select(
+            "system", "context_id", "seed", "training_seed", "block", "role", "text").iter_rows():
         if role == "companion":
-            key = (system, context, seed, block)
+            key = (system, context, seed, run, block)
             totals[key] = totals.get(key, 0) + len(words(text or ""))
     result = {}
     for system, budget in budgets.items():
@@ -508,15 +509,16 @@ def _share(share: dict[str, Any]) -> str:
     return f"{share['share']:.1%} [{share['ci_low']:.1%}, {share['ci_high']:.1%}] ({share['n']})"
 
 
-def companion_words(conversations) -> dict[tuple[str, str, int], int]:
-    """Each conversation's companion words (system, context, seed): the length the pairwise judge saw."""
+def companion_words(conversations) -> dict[tuple[str, str, int, int], int]:
+    """Each conversation's companion words (system, context, seed, training seed): the length the pairwise judge
+    saw."""
     from mascot.evaluation.metrics import words
 
-    totals: dict[tuple[str, str, int], int] = {}
-    for system, context, seed, role, text in conversations.select("system", "context_id", "seed", "role",
-                                                                   "text").iter_rows():
+    totals: dict[tuple[str, str, int, int], int] = {}
+    for system, context, seed, run, role, text in with_training_seed(conversations).select(
+            "system", "context_id", "seed", "training_seed", "role", "text").iter_rows():
         if role == "companion":
-            key = (system, context, seed)
+            key = (system, context, seed, run)
             totals[key] = totals.get(key, 0) + len(words(text or ""))
     return totals
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import polars as pl
 
+from mascot.evaluation.conversations import with_training_seed
 from mascot.evaluation.scoring import AUTOMATIC
 from mascot.evaluation.statistics import (
     POWER,
@@ -34,14 +35,6 @@ REFERENCE = "mascot"
 COLLECTIVE = "collective"  # the level whose rubric only groups can score fairly
 SPLITS = ("valence", "meeting_type")  # Empathetic Dialogues by valence, QMSum by meeting domain
 MIN_SPLIT_CONTEXTS = 2  # a bucket of one context has no spread and no interval over contexts
-
-
-def with_training_seed(frame: pl.DataFrame) -> pl.DataFrame:
-    """scores.parquet with its `training_seed` column: the training run a conversation's system came from (0 for a
-    system played once, and in a file from before the column)."""
-    if "training_seed" in frame.columns:
-        return frame
-    return frame.with_columns(training_seed=pl.lit(0, pl.Int64))
 
 
 def panel_scores(scores: pl.DataFrame) -> pl.DataFrame:

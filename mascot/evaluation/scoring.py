@@ -40,7 +40,8 @@ PERSONA, COLLECTIVE = "persona", "collective"
 # `n`: the items a judge scored (companion turns, or 1 conversation); `items`: the items there were to score, so a
 # judge that failed on one of them shows n < items and the conversation's panel is incomplete.
 SCORE_SCHEMA = {"system": pl.String, "context_id": pl.String, "seed": pl.Int64, "level": pl.String,
-                "judge": pl.String, "metric": pl.String, "value": pl.Float64, "n": pl.Int64, "items": pl.Int64}
+                "judge": pl.String, "metric": pl.String, "value": pl.Float64, "n": pl.Int64, "items": pl.Int64,
+                "training_seed": pl.Int64}
 
 
 class ScoringJob(BaseModel):
@@ -58,8 +59,9 @@ class ScoringJob(BaseModel):
     max_judge_failure_rate: float = 0.1
 
 
-def conversation_id(system: str, context_id: str, seed: int) -> str:
-    return f"{system}|{context_id}|s{seed}"
+def conversation_id(system: str, context_id: str, seed: int, training_seed: int = 0) -> str:
+    """A conversation's id in the judges' requests: training seed 0's as it was before training seeds existed."""
+    return f"{system}|{context_id}|s{seed}" + (f"|r{training_seed}" if training_seed else "")
 
 
 def turn_context(context: Context, roster: Roster, prior: list[Turn]) -> Context:
@@ -73,10 +75,9 @@ def turn_context(context: Context, roster: Roster, prior: list[Turn]) -> Context
 
 
 def _played(conversations: Artifact) -> dict:
-    """Each conversation's (system, context id, seed, companion texts), by its conversation id."""
-    return {conversation_id(system, context_id, seed): (system, context_id, seed,
-                                                         [t.text for t in turns if t.role == "companion"])
-            for (system, context_id, seed), turns in read_conversations(conversations).items()}
+    """Each conversation's (system, context id, seed, training seed, companion texts), by its conversation id."""
+    return {conversation_id(*key): (*key, [t.text for t in turns if t.role == "companion"])
+            for key, turns in read_conversations(conversations).items()}
 
 
 def judge_conversations(job: ScoringJob, conversations: Artifact, out: Path) -> Artifact:
@@ -89,10 +90,10 @@ def judge_conversations(job: ScoringJob, conversations: Artifact, out: Path) -> 
     cache = shared_cache(job.requests)
     contexts = read_contexts(job.contexts)
     turn_items, block_items = [], []
-    for (system, context_id, seed), turns in read_conversations(conversations).items():
+    for (system, context_id, seed, training_seed), turns in read_conversations(conversations).items():
         context = contexts[context_id]
         roster = job.roster if SYSTEMS[system].group else job.assistant
-        key = conversation_id(system, context_id, seed)
+        key = conversation_id(system, context_id, seed, training_seed)
         for index, turn in enumerate(turns):
             if turn.role == "companion":
                 turn_items.append(JudgeItem(f"{key}|t{index}", 0, turn_context(context, roster, turns[:index]),
@@ -123,9 +124,9 @@ def score_conversations(job: ScoringJob, conversations: Artifact, judgments: Art
 
     rows = [*_judge_rows(persona, job.persona_panel.rubric, PERSONA, played),
             *_judge_rows(group, job.group_panel.rubric, COLLECTIVE, played)]
-    for system, context_id, seed, texts in played.values():
+    for system, context_id, seed, training_seed, texts in played.values():
         rows += [{"system": system, "context_id": context_id, "seed": seed, "level": AUTOMATIC, "judge": AUTOMATIC,
-                  "metric": metric, "value": value, "n": len(texts), "items": len(texts)}
+                  "metric": metric, "value": value, "n": len(texts), "items": len(texts), "training_seed": training_seed}
                  for metric, value in automatic_metrics(texts).items()]
     return write_parquet(pl.DataFrame(rows, schema=SCORE_SCHEMA), out)
 
@@ -140,8 +141,9 @@ def _judge_rows(frame: pl.DataFrame, rubric: Rubric, level: str, played: dict) -
     summary = ok.group_by("conversation", "judge").agg(pl.len().alias("n"), *(pl.col(m).mean() for m in metrics))
     rows = []
     for record in summary.sort("conversation", "judge").iter_rows(named=True):
-        system, context_id, seed, texts = played[record["conversation"]]
+        system, context_id, seed, training_seed, texts = played[record["conversation"]]
         items = len(texts) if level == "persona" else 1  # every companion turn, or the whole conversation
         rows += [{"system": system, "context_id": context_id, "seed": seed, "level": level, "judge": record["judge"],
-                  "metric": metric, "value": record[metric], "n": record["n"], "items": items} for metric in metrics]
+                  "metric": metric, "value": record[metric], "n": record["n"], "items": items,
+                  "training_seed": training_seed} for metric in metrics]
     return rows

@@ -91,7 +91,7 @@ def paired_comparison_over_runs(system: dict[tuple[str, int], float], baseline: 
     if len(run_ids) <= 1:
         result = paired_comparison({unit: system[(unit, run)] for unit, run in shared},
                                    {unit: baseline[(unit, run)] for unit, run in shared}, confidence, resamples, seed)
-        return result | {"training_seeds": len(run_ids)}
+        return result | {"training_seeds": len(run_ids), "p_conditional_on_runs": False}
     cells = np.full((len(units), len(run_ids)), np.nan)
     for unit, run in shared:
         cells[units.index(unit), run_ids.index(run)] = system[(unit, run)] - baseline[(unit, run)]

@@ -118,6 +118,7 @@ class SystemSetup(BaseModel):
     samples: int = 1  # Self-Consistency: replies sampled per turn
     reasoning_tokens: int = 0  # CoT: tokens for the reasoning, on top of the reply's cap
     cot_attempts: int = 1  # CoT: samples of a turn until one has its marker
+    training_seed: int = 0  # the training run of its trained parts (eval.training_seeds); 0 for a system played once
 
     @property
     def spec(self) -> SystemSpec:

@@ -317,3 +317,54 @@ def test_the_pipeline_runs_every_stage_as_a_subflow_of_one_flow_run_and_resumes_
                 assert ran.pop("serve_adapter") == {"Completed"}, (stage, ran)
             assert ran and all(states == {"Cached"} for states in ran.values()), (stage, ran)
         assert served.loads == names
+
+
+def test_training_seeds_train_the_group_twice_play_mascot_per_seed_and_rerun_from_the_cache(tmp_path, prefect_api,
+                                                                                            tiny_models):
+    """eval.training_seeds 2 on the smallest world: the Speaker and the GRPO Director are trained twice, each seed's
+    adapter beside the first and loaded into the server under a role name of its own; MASCOT's conversations hold
+    both training seeds and a baseline's one; a rerun is all cache hits."""
+    served = ServedModels("sim-chat", allow_runtime_lora=True)
+    with serve(make_app(seconds_per_token=0.001, served=served)) as chat:
+        config = http_stage2_config(tmp_path, chat)
+        smaller = yaml.safe_load(config.read_text())
+        smaller["data"]["held_out"][0]["limit"] = 1
+        smaller["stage2"]["episodes"].update(branches=2, states=1, trajectory_blocks=1)
+        smaller["train"]["speaker"].update(max_steps=2, save_steps=1)
+        smaller["train"]["director"].update(max_steps=1)
+        smaller["eval"].update(systems=["mascot", "zero_shot"], training_seeds=2, blocks=1)
+        smaller["stage2"]["speaker"]["load_adapter"] = True
+        smaller["eval"]["director"] = {**backend(chat, 40), "load_adapter": True}
+        config.write_text(yaml.safe_dump(smaller, sort_keys=False))
+        started = time.monotonic()
+        run("run", "pipeline", "--config", str(config), "--run-name", "twice", api=prefect_api)
+        print(f"pipeline with two training seeds: {time.monotonic() - started:.0f} s")
+        root = tmp_path / "runs" / "twice"
+        manifest = json.loads((root / "manifest.json").read_text())["artifacts"]
+        for name in ("stage1/speaker", "stage1/speaker-seed1", "stage2/director", "stage2/director-seed1"):
+            assert name in manifest and (root / name / "adapter_config.json").exists(), name
+        hashes = {name: manifest[name]["sha256"] for name in ("stage1/speaker", "stage1/speaker-seed1")}
+        assert len(set(hashes.values())) == 2, "the second seed trained the same adapter"
+        # Each seed's adapter reached the server under its own role name, so loading one retired no other.
+        names = {f"{role}-{manifest[artifact]['sha256'][:8]}" for role, artifact in (
+            ("speaker", "stage1/speaker"), ("speaker-seed1", "stage1/speaker-seed1"),
+            ("director", "stage2/director"), ("director-seed1", "stage2/director-seed1"))}
+        assert names <= set(served.modules), (names, served.modules)
+        played = pl.read_parquet(root / "eval" / "conversations.parquet")
+        seeds = dict(played.group_by("system").agg(pl.col("training_seed").unique().sort()).iter_rows())
+        assert {system: list(runs) for system, runs in seeds.items()} == {"mascot": [0, 1], "zero_shot": [0]}
+        summary = json.loads((root / "eval" / "summary.json").read_text())
+        assert summary["training_seeds"] == 2
+        mascot = next(e for e in summary["results"]["all"]["summaries"] if e["system"] == "mascot")
+        assert mascot["training_seeds"] == 2 and "training seeds" in mascot["interval"]
+        assert "Training seeds: 2 (eval.training_seeds)" in (root / "eval" / "report.md").read_text()
+
+        before = httpx.get(f"{chat}/stats").json()["requests"]
+        run("run", "pipeline", "--config", str(config), "--run-name", "twice", api=prefect_api)
+        assert httpx.get(f"{chat}/stats").json()["requests"] == before
+        rerun = latest_flow_runs(prefect_api, ["stage1/twice", "stage2/twice", "evaluate/twice"])
+        for stage, flow_run in rerun.items():
+            ran = task_states(prefect_api, flow_run["id"])
+            for uncached in ("write_contexts", "build_tiny_models", "serve_adapter"):
+                ran.pop(uncached, None)
+            assert ran and all(states == {"Cached"} for states in ran.values()), (stage, ran)

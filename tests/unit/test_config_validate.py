@@ -671,3 +671,20 @@ def test_a_config_whose_stage2_cannot_run_is_refused_before_stage1_runs(workdir)
     with pytest.raises(ConfigError, match=r"stage2\.rubric: judge 'heuristic'"):
         stage1.fn(str(path), until="pairs")
     assert not (workdir.parent / "runs").exists()
+
+
+def test_several_training_seeds_refuse_a_trained_role_served_by_hand(workdir):
+    """A module served by hand is one adapter, so it cannot play each training seed's Speaker; the paper profile,
+    whose flow loads every adapter into the server, takes three."""
+    data = _set(_yaml(workdir / "tiny.yaml"), "eval.training_seeds", 2)
+    data["eval"]["speaker"] = {"kind": "openai", "model": "speaker", "base_url": "http://127.0.0.1:8000/v1"}
+    path = _write(workdir, "hand-served.yaml", data)
+    fragments = ["eval.speaker.load_adapter", "eval.training_seeds is 2", "served by hand"]
+    _check(path, fragments, "--no-machine-checks")
+    data["eval"]["training_seeds"] = 1
+    assert runner.invoke(app, ["config", "validate", str(_write(workdir, "once.yaml", data)),
+                               "--no-machine-checks"]).exit_code == 0
+    paper = _set(_yaml(workdir / "paper.yaml"), "eval.training_seeds", 3)
+    _give_paper_its_corpora(workdir, paper)
+    result = runner.invoke(app, ["config", "validate", str(_write(workdir, "paper3.yaml", paper)), "--no-machine-checks"])
+    assert result.exit_code == 0, result.output

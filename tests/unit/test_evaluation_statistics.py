@@ -242,7 +242,7 @@ def test_a_judge_that_failed_on_one_turn_is_seen_as_an_incomplete_panel():
                                **{c: 4.0 for c in rubric.criterion_ids}}
                               for judge, oks in (("j1", (True, True)), ("j2", (True, False)))
                               for turn, ok in zip((0, 2), oks, strict=True)])
-    rows = _judge_rows(judgments, rubric, "persona", {key: ("mascot", "c1", 0, ["hello", "there"])})
+    rows = _judge_rows(judgments, rubric, "persona", {key: ("mascot", "c1", 0, 0, ["hello", "there"])})
     assert {(r["judge"], r["n"], r["items"]) for r in rows} == {("j1", 2, 2), ("j2", 1, 2)}
     assert not panel_scores(pl.DataFrame(rows, schema=SCORE_SCHEMA))["complete"].any()
 

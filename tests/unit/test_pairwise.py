@@ -171,8 +171,8 @@ def test_the_length_controlled_win_rate_is_the_win_rate_at_equal_length_by_hand(
     it: the raw win rate is 0.75, but the fit through (ln 3, 1) and (-ln 3, 0) crosses equal length at 0.5."""
     frame = pl.DataFrame([*rows("zero_shot", "a", 1, 1), *rows("zero_shot", "b", 1, 1), *rows("zero_shot", "c", 1, 1),
                           *rows("zero_shot", "d", 0, 0)], schema=PREFERENCE_SCHEMA)
-    lengths = {**{("mascot", c, 0): 29 for c in "abc"}, **{("zero_shot", c, 0): 9 for c in "abc"},
-               ("mascot", "d", 0): 9, ("zero_shot", "d", 0): 29}  # (29 + 1) / (9 + 1) = 3
+    lengths = {**{("mascot", c, 0, 0): 29 for c in "abc"}, **{("zero_shot", c, 0, 0): 9 for c in "abc"},
+               ("mascot", "d", 0, 0): 9, ("zero_shot", "d", 0, 0): 29}  # (29 + 1) / (9 + 1) = 3 (training seed 0)
     [result] = preference_results(frame, resamples=300, lengths=lengths)
     controlled = result["length_controlled"]
     assert result["win_rate"] == pytest.approx(0.75) and controlled["win_rate"] == pytest.approx(0.5)
@@ -187,4 +187,37 @@ def test_the_length_controlled_win_rate_is_the_win_rate_at_equal_length_by_hand(
 
     played = pl.DataFrame({"system": ["mascot"] * 3, "context_id": ["a"] * 3, "seed": [0] * 3,
                            "role": ["companion", "user", "companion"], "text": ["one two", "not counted", "three"]})
-    assert companion_words(played) == {("mascot", "a", 0): 3}, "only the companions' words, as the judge weighs them"
+    assert companion_words(played) == {("mascot", "a", 0, 0): 3}, "only the companions' words, as the judge weighs them"
+
+
+def test_each_training_seed_of_mascot_meets_the_baseline_and_an_ablation_meets_it_seed_by_seed(tmp_path):
+    """MASCOT and MASCOT-C played for training seeds 0 and 1, Zero-Shot once: the judge compares both of MASCOT's
+    seeds with Zero-Shot's one conversation and with MASCOT-C's conversation of the same seed; the win rate counts
+    every seed and its interval resamples the seeds as well as the contexts."""
+    from mascot.artifacts import write_parquet
+    from mascot.config import DataConfig
+    from mascot.data.contexts import write_contexts
+    from mascot.evaluation.conversations import CONVERSATION_SCHEMA
+    from mascot.evaluation.pairwise import PairwiseJob, judge_preferences
+
+    data = DataConfig.model_validate({
+        "domain": "emotional_support", "roster": REPO / "configs" / "rosters" / "emotional_support.yaml",
+        "corpus": {"source": "empathetic_dialogues", "path": "samples:empathetic_dialogues", "limit": 2}})
+    contexts = write_contexts(data, 0, tmp_path / "contexts.parquet")
+    context_id = contexts.read_parquet()["context_id"][0]
+    played = [{"system": system, "context_id": context_id, "seed": 0, "role": "companion", "turn_idx": k,
+               "speaker": turn.speaker, "text": f"{turn.text} ({system}, seed {run})", "request_seed": k,
+               "fallback": False, "training_seed": run}
+              for system, side, runs in (("mascot", GROUP, (0, 1)), ("mascot_c", GROUP, (0, 1)),
+                                         ("zero_shot", SINGLE, (0,)))
+              for run in runs for k, turn in enumerate(side.turns)]
+    conversations = write_parquet(pl.DataFrame(played, schema=CONVERSATION_SCHEMA), tmp_path / "conversations.parquet")
+    job = PairwiseJob(judge=JudgeConfig(kind="heuristic"), rubric=RUBRIC, roster=ROSTER, assistant=ASSISTANT,
+                      contexts=contexts, seed=0, requests=tmp_path / "requests.sqlite")
+    frame = judge_preferences(job, conversations, tmp_path / "preferences.parquet").read_parquet()
+    compared = sorted(frame.select("baseline", "training_seed").unique().iter_rows())
+    assert compared == [("mascot_c", 0), ("mascot_c", 1), ("zero_shot", 0), ("zero_shot", 1)]
+    assert frame.height == 4 * 2  # both orders of each
+    results = {e["baseline"]: e for e in preference_results(frame, resamples=100)}
+    assert results["zero_shot"]["n"] == 2 and results["zero_shot"]["training_seeds"] == 2
+    assert results["zero_shot"]["interval"] == "percentile bootstrap over contexts and training seeds, crossed"
