@@ -142,6 +142,11 @@ def budget_line(budgets: dict[str, dict[str, Any]]) -> str:
             "(see the Systems table); LLM judges favour longer answers.")
 
 
+def resampled(summary: dict[str, Any]) -> str:
+    """What the intervals resample: the clusters, and the training seeds where the group was trained more than once."""
+    return "clusters" if summary.get("training_seeds", 1) == 1 else "clusters and training seeds"
+
+
 def training_line(summary: dict[str, Any]) -> str:
     """How many times the group was trained, and so whether the intervals hold training variance."""
     runs, seeds = summary.get("training_seeds", 1), len(summary["seeds"])
@@ -182,9 +187,9 @@ def preamble(summary: dict[str, Any]) -> list[str]:
                  "turns (persona level) and over the panel's judges, each judge's scores standardised within that "
                  "judge over the conversations the whole panel scored (so a harsh judge moves every conversation alike) and put back on the "
                  "scale by the pooled mean and sd. Cells are mean ± sd over conversations "
-                 f"[{summary['confidence']:.0%} percentile bootstrap interval over clusters, the unit of "
-                 "independence: a meeting for QMSum, whose windows share participants and queries, otherwise the "
-                 "context]; comparisons pair the systems cluster by cluster.")
+                 f"[{summary['confidence']:.0%} percentile bootstrap interval over {resampled(summary)}; a cluster is "
+                 "the unit of independence: a meeting for QMSum, whose windows share participants and queries, "
+                 "otherwise the context]; comparisons pair the systems cluster by cluster.")
     if summary.get("incomplete_panels") is not None:
         lines.append(incomplete_line(summary["incomplete_panels"]))
     if summary.get("budgets"):
@@ -385,7 +390,7 @@ def report_markdown(summary: dict[str, Any], figures: list[str] = ()) -> str:
                            "assistant only the per-turn Distinct-n (`distinct_n_per_turn`) compares like with like."), ""]
             lines += [(f"MASCOT against each baseline ({LEVEL_TITLES[level].split(' (')[0].lower()}): the paired "
                        "difference over the (context, seed) pairs both have a value for, averaged per cluster "
-                       "[interval over clusters], a paired sign-flip permutation p on the mean difference, "
+                       f"[interval over {resampled(summary)}], a paired sign-flip permutation p on the mean difference, "
                        + family_words(summary)
                        + unpaired_note(results, level)), "",
                       *comparison_table(results, level, metrics, systems), "",

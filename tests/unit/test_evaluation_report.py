@@ -127,6 +127,7 @@ def test_the_report_states_each_systems_token_budget_and_whether_they_match():
     three = report_markdown(summary | {"training_seeds": 3})
     assert "Training seeds: 3 (eval.training_seeds)" in three and "trained 3 times" in three
     assert "so they hold training variance" in three and "not of training" not in three
+    assert "interval over clusters;" in report and "interval over clusters and training seeds;" in three
     assert "| MASCOT (`mascot`) |" in report and "| 2 × 40 = 80 | 3.0 |" in report and "| 1 × 80 = 80 | 3.0 | 5 (400 tokens) |" in report
     summary["budgets"]["zero_shot"] |= {"turn_tokens": 40, "block_tokens": 40}
     assert "**Budgets are not matched: companion tokens per block range over 40, 80**" in report_markdown(summary)
