@@ -99,9 +99,11 @@ def serve_files(files: dict[str, bytes]) -> Iterator[FileServer]:
             self.send_header("Content-Length", str(len(part)))
             self.end_headers()
             part = part[: state.cut_after[self.path]] if self.path in state.cut_after else part
+            # Counted before the write: the client can read the last byte, and the test assert, before this thread
+            # would get past the write to count it.
+            state.sent[self.path] = state.sent.get(self.path, 0) + len(part)
             self.wfile.write(part)
             self.wfile.flush()
-            state.sent[self.path] = state.sent.get(self.path, 0) + len(part)
             self.close_connection = True
 
         def log_message(self, *args):  # keep the test output clean
