@@ -209,11 +209,13 @@ def cot_line(cot: dict[str, Any], budgets: dict[str, dict[str, Any]]) -> str:
               if len(planned) == 1 and len(attempts) == 1 and None not in planned else "")
     failed = sum(e["failed"] for e in cot.get("by_system", {}).values()) if cot.get("by_system") else cot["unmarked"]
     per_system = "; ".join(f"{SYSTEMS[s].label} {e['failed']} of {e['turns']}" for s, e in cot.get("by_system", {}).items())
-    verdict = (f"**{failed} of {cot['turns']} CoT turns had no marker after every attempt** ({per_system}): counted as "
-               "failures, and kept whole (reasoning included) and flagged in eval/conversations.parquet."
-               if failed else f"All {cot['turns']} CoT turns had their marker.")
+    if failed:  # a turn without the marker is judged whole, so "never judged" would be false for it
+        return (f"CoT systems: the reply is the text after the last `{cot['marker']}`, and the reasoning before it is "
+                f"not judged, but in a turn without the marker.{budget} **{failed} of {cot['turns']} CoT turns had no "
+                f"marker after every attempt** ({per_system}): these are the CoT systems' failures, each judged "
+                "whole, reasoning included, and flagged in eval/conversations.parquet (`reasoning_marked`).")
     return (f"CoT systems: the reply is the text after the last `{cot['marker']}`; the reasoning before it is never "
-            f"judged.{budget} {verdict}")
+            f"judged.{budget} All {cot['turns']} CoT turns had their marker.")
 
 
 def independence_line(independence: dict[str, Any]) -> str:

@@ -188,8 +188,10 @@ def test_the_report_states_the_cot_reasoning_budget_attempts_and_failures_per_sy
     line = cot_line({"marker": "Reply:", **counts}, budgets)
     assert "may reason in 256 tokens of its own" in line and "sampled up to 3 time(s)" in line
     assert "**2 of 5 CoT turns had no marker after every attempt** (Zero-Shot CoT 2 of 3; Few-Shot CoT 0 of 2)" in line
+    assert "each judged whole, reasoning included" in line and "never judged" not in line  # those 2 were judged whole
     marked = reasoning_counts(conversations.filter(pl.col("system") == "few_shot_cot"))
-    assert "All 2 CoT turns had their marker." in cot_line({"marker": "Reply:", **marked}, budgets)
+    line = cot_line({"marker": "Reply:", **marked}, budgets)
+    assert "All 2 CoT turns had their marker." in line and "the reasoning before it is never judged" in line
 
 
 def test_the_terminal_headline_gives_the_primary_endpoint(tmp_path):
