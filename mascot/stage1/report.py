@@ -202,8 +202,20 @@ def reward_model_markdown(metrics: dict[str, Any], title: str = "Persona reward 
         lines += ["", (f"Held-out reward margin (chosen - rejected): mean {margin['mean']:.3f}, sd {margin['sd']:.3f}, "
                       f"median {margin['median']:.3f}, n={margin['n']}.")]
     lines += ["", (f"Trained {training['steps']} steps on {training['train_pairs']} pairs; "
-                  f"{training['held_out_pairs']} pairs of {len(training['held_out_contexts'])} held-out contexts.")]
+                  f"{training['held_out_pairs']} pairs of {len(training['held_out_contexts'])} held-out contexts."
+                  f"{_dropped(training)}")]
     return lines
+
+
+def _dropped(training: dict[str, Any]) -> str:
+    """The training pairs the trainer dropped for their length, where it dropped any (older runs did not count)."""
+    kept = training.get("train_pairs_within_max_length", training["train_pairs"])
+    if kept == training["train_pairs"]:
+        return ""
+    dropped = training["train_pairs"] - kept
+    return (f" **{dropped} of the {training['train_pairs']} training pairs ({dropped / training['train_pairs']:.1%}) "
+            f"were longer than max_length ({training['max_length']} tokens) and left out: the model learned from "
+            f"{kept}.**")
 
 
 def persona_swap_lines(swap: dict[str, Any]) -> list[str]:

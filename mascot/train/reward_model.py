@@ -138,6 +138,12 @@ def train_reward_model(config: RewardModelConfig, pairs: Artifact, contexts: Art
     records = [{**r, "chat_template_kwargs": config.chat_template_kwargs} for r in preference_records(train_pairs)]
     trainer = RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(records),
                             processing_class=tokenizer, callbacks=wandb_callbacks(name))
+    # RewardTrainer drops, while it builds, every pair longer than max_length: with none left it would fail on an
+    # empty dataset in its first step, with no word about why.
+    if not len(trainer.train_dataset):
+        raise TrainingSetupError(f"every one of the {train_pairs.height} training pairs of {pairs.path} is longer than "
+                                 f"{config.max_length} tokens (prompt and reply), so {name} has nothing to train on: "
+                                 f"raise train.{name}.max_length")
     metrics_on_progress_bar(trainer, ["loss", "accuracy", "margin"])
     resume = train_resuming(trainer, checkpoints)
     if not trainer.is_world_process_zero():
@@ -157,8 +163,8 @@ def train_reward_model(config: RewardModelConfig, pairs: Artifact, contexts: Art
             "training": {"steps": trainer.state.global_step, "resumed_from_step": resume.step,
                          "steps_run": trainer.state.global_step - resume.step,
                          "train_pairs": train_pairs.height, "held_out_pairs": eval_pairs.height,
-                         # RewardTrainer drops pairs longer than max_length.
-                         "train_pairs_within_max_length": len(trainer.train_dataset),
+                         # RewardTrainer drops pairs longer than max_length; the report says how many.
+                         "train_pairs_within_max_length": len(trainer.train_dataset), "max_length": config.max_length,
                          "held_out_contexts": sorted(held_out)},
         }
         write_json(metrics, staging / "metrics.json")

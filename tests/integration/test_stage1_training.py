@@ -217,6 +217,16 @@ def test_no_pairs_to_train_on_is_a_clear_error_without_a_retry(workdir):
     assert "stage1.margin" in output and "Retry 1/1 will start" not in output  # Prefect's retry log line
 
 
+def test_pairs_all_longer_than_max_length_are_a_clear_error_without_a_retry(workdir):
+    # 32 tokens hold no speaker prompt: RewardTrainer would drop every pair and then fail on an empty dataset.
+    config = write_config(workdir, "too-long", train={**TRAIN, "persona_rm": {**TRAIN["persona_rm"], "max_length": 32}})
+    process = mascot_run(config, "too-long", until="persona_rm")
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 1, output[-3000:]
+    assert "stage 1 stopped" in output and "is longer than 32 tokens" in output
+    assert "raise train.persona_rm.max_length" in output and "Retry 1/1 will start" not in output
+
+
 def test_a_training_task_that_fails_is_retried_from_its_checkpoint(workdir):
     """The reward model's training crashes at step 3; Prefect retries the task, which resumes there."""
     config = write_config(workdir, "retried", train={**TRAIN, "persona_rm": {"epochs": 2, "save_steps": 1}})

@@ -38,6 +38,16 @@ def test_a_sampled_training_pair_accuracy_says_how_many_pairs_of_how_many():
     assert "Training-pair accuracy: 90.0% [" in text and "on a seeded sample of 10 of the 250 training pairs" in text
 
 
+def test_pairs_dropped_for_their_length_are_counted_in_the_report():
+    metrics = reward_model_metrics(8)
+    metrics["training"].update(train_pairs_within_max_length=10, max_length=1024)
+    assert "max_length" not in "\n".join(reward_model_markdown(metrics)), "none dropped: nothing to say"
+    metrics["training"].update(train_pairs_within_max_length=7)
+    text = "\n".join(reward_model_markdown(metrics))
+    assert ("**3 of the 10 training pairs (30.0%) were longer than max_length (1024 tokens) and left out: the model "
+            "learned from 7.**") in text
+
+
 def test_no_held_out_pairs_reads_as_not_available_rather_than_zero():
     text = "\n".join(reward_model_markdown(reward_model_metrics(0)))
     assert "Held-out pair accuracy: n/a (n=0)" in text and "reward margin" not in text
