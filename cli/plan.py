@@ -45,7 +45,8 @@ def plan(config: ConfigOption,
     console.print(_requests_table(work))
     console.print(_costs_table(planning.api_costs_by_stage(work, loaded.plan.prices)))
     console.print(_training_table(steps))
-    console.print(_hours_table(planning.gpu_hours(work, steps, rates), loaded.plan.rates))
+    console.print(_hours_table(planning.gpu_hours(work, steps, rates), planning.served_hours(work, rates),
+                               planning.training_hours(steps, rates), loaded.plan.rates))
     console.print(_memory_table(planning.memory(loaded, gpu_memory_gb * 1e9), gpu_memory_gb))
     console.print("Not counted: MASCOT with the DPO Director unless eval.systems lists it, and the requests a judge "
                   "or the Director repeats after an unusable reply. Counted though the request cache answers them: "
@@ -91,14 +92,19 @@ def _training_table(steps) -> Table:
     return table
 
 
-def _hours_table(hours: dict, measured) -> Table:
+def _hours_table(hours: dict, served: dict, training: dict, measured) -> Table:
     source = f"rates measured in {measured}" if measured else "guessed rates (mascot.plan.GUESSED_RATES)"
-    console.print(f"GPU-hours, from {source}", highlight=False)
+    console.print(f"Hours, from {source}. A stage cannot end before its busiest server has done its work (its requests "
+                  "share that server's GPUs, whatever the other GPUs do) nor before its training steps have run one "
+                  "after another; every completion counts at its max_new_tokens, and a server of N data-parallel "
+                  "replicas divides its hours by N", highlight=False)
     table = Table()
-    table.add_column("stage")
-    table.add_column("GPU-hours", justify="right")
+    for column in ("stage", "GPU-hours", "busiest server: hours", "training: hours"):
+        table.add_column(column, justify="left" if column.startswith(("stage", "busiest")) else "right")
     for stage, value in hours.items():
-        table.add_row(stage, f"{value:,.1f}")
+        backend, busiest = max(served.get(stage, {}).items(), key=lambda item: item[1], default=(None, 0.0))
+        server = f"{backend.split(' ')[0]}: {busiest:,.1f}" if backend else "–"  # the model; its address is above
+        table.add_row(stage, f"{value:,.1f}", server, f"{training.get(stage, 0.0):,.1f}")
     return table
 
 

@@ -288,20 +288,43 @@ def api_costs(work: list[Work], prices: dict) -> dict[str, float | None]:
     return costs
 
 
+def _rate(backend: str, rates: dict[str, float]) -> float:
+    model = backend.split(" ")[0]
+    return rates.get(f"tokens_per_s/{model}", rates["tokens_per_s/default"])
+
+
+def served_hours(work: list[Work], rates: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Hours of each server's work per stage (stage -> backend -> hours): its output tokens at its model's rate; an
+    in-process model's work is on the training GPU. A server's requests share its GPUs, so a stage lasts at least its
+    busiest server's hours, whatever the other GPUs do (a server of N data-parallel replicas is N times one's rate)."""
+    hours: dict[str, dict[str, float]] = {}
+    for item in work:
+        if not item.api:
+            by_backend = hours.setdefault(item.stage, {})
+            hours_of = item.max_output_tokens / _rate(item.backend, rates) / 3600
+            by_backend[item.backend] = by_backend.get(item.backend, 0.0) + hours_of
+    return hours
+
+
+def _step_hours(step: Training, rates: dict[str, float]) -> float:
+    kind = "reward_model" if step.name in ("persona_rm", "group_rm") else step.name
+    return step.steps * step.runs * rates[f"s_per_step/{kind}"] / 3600
+
+
+def training_hours(steps: list[Training], rates: dict[str, float]) -> dict[str, float]:
+    """Wall-clock hours of each stage's training, its steps one after another (processes train a step together)."""
+    hours: dict[str, float] = {}
+    for step in steps:
+        hours[step.stage] = hours.get(step.stage, 0.0) + _step_hours(step, rates)
+    return hours
+
+
 def gpu_hours(work: list[Work], steps: list[Training], rates: dict[str, float]) -> dict[str, float]:
     """GPU-hours per stage: served tokens at each model's rate (in-process ones too, on the training GPU), and
     steps times seconds per step times the processes that run them."""
-    hours: dict[str, float] = {}
-    for item in work:
-        if item.api:
-            continue
-        model = item.backend.split(" ")[0]
-        rate = rates.get(f"tokens_per_s/{model}", rates["tokens_per_s/default"])
-        hours[item.stage] = hours.get(item.stage, 0.0) + item.max_output_tokens / rate / 3600
+    hours = {stage: sum(by_backend.values()) for stage, by_backend in served_hours(work, rates).items()}
     for step in steps:
-        kind = "reward_model" if step.name in ("persona_rm", "group_rm") else step.name
-        hours[step.stage] = hours.get(step.stage, 0.0) + step.steps * step.runs * rates[f"s_per_step/{kind}"] \
-            * step.processes / 3600
+        hours[step.stage] = hours.get(step.stage, 0.0) + _step_hours(step, rates) * step.processes
     return hours
 
 

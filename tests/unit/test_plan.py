@@ -266,6 +266,30 @@ def test_parameters_and_memory_are_counted_on_the_meta_device():
     assert plan.model_shape("some/unknown-model") is None
 
 
+def test_each_stage_has_its_busiest_server_and_its_training_hours_by_hand():
+    config = _config("paper.yaml")
+    counts = plan.counts(config, 3)
+    work, steps = plan.requests(config, counts, plan.GUESSED_RATES), plan.training(config, counts)
+    served = plan.served_hours(work, plan.GUESSED_RATES)
+    gemma = "google/gemma-3-27b-it @ http://127.0.0.1:8001/v1"
+    # Gemma (900 tokens/s guessed) writes at most 768 tokens a judgment: in Stage 1 for the 48,000 candidates and the
+    # 1,200 before/after samples; in the evaluation for 243,000 companion turns and 45,000 conversations.
+    assert served["stage1"][gemma] == pytest.approx((48_000 + 1_200) * 768 / 900 / 3600)
+    assert served["eval"][gemma] == pytest.approx((243_000 + 45_000) * 768 / 900 / 3600)  # 68.3 h
+    assert max(served["eval"].values()) == served["eval"][gemma]  # one Gemma server bounds the evaluation
+    phi = "microsoft/phi-4 @ http://127.0.0.1:8002/v1"  # 1,600 tokens/s guessed: 38.4 h, the evaluation's next
+    assert served["eval"][phi] == pytest.approx((243_000 + 45_000) * 768 / 1600 / 3600)
+    assert sorted(served["eval"].values())[-2] == served["eval"][phi]
+    # Training, each stage's steps one after another: the persona RM's 4,725 steps at 1 s and the Speaker's 500 at
+    # 40 s; the group RM's 338 at 1 s and the Director's 300 at 180 s; the SFT baseline's 114 at 20 s.
+    assert plan.training_hours(steps, plan.GUESSED_RATES) == pytest.approx(
+        {"stage1": (4_725 + 500 * 40) / 3600, "stage2": (338 + 300 * 180) / 3600, "eval": 114 * 20 / 3600})
+    # GPU-hours are the servers' hours and the training's (one process each here).
+    training = plan.training_hours(steps, plan.GUESSED_RATES)
+    assert plan.gpu_hours(work, steps, plan.GUESSED_RATES) == pytest.approx(
+        {stage: sum(by_backend.values()) + training[stage] for stage, by_backend in served.items()})
+
+
 def test_the_command_prints_its_tables_and_refuses_a_config_without_a_limit(tmp_path):
     result = runner.invoke(app, ["plan", "--config", str(REPO / "configs" / "paper.yaml")], env={"COLUMNS": "240"})
     assert result.exit_code == 0, result.output
@@ -274,6 +298,7 @@ def test_the_command_prints_its_tables_and_refuses_a_config_without_a_limit(tmp_
                      "guessed rates", "47.0", evaluated, "mascot: directives (at least)", "3,222", "3,859", "at most 114"):
         assert fragment in result.output, fragment
     assert re.search(r"│ eval +│ +\d", result.output), "no GPU-hours row for the evaluation"
+    assert re.search(r"│ eval +│ +141\.6 │ google/gemma-3-27b-it: 68\.3 +│ +0\.6 │", result.output), result.output
     text = (REPO / "configs" / "paper.yaml").read_text()
     unlimited = tmp_path / "configs" / "unlimited.yaml"
     unlimited.parent.mkdir()
