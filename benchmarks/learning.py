@@ -162,10 +162,12 @@ def learning_figures(run_dir: Path) -> dict[str, dict | None]:
 
 
 def _figure(figure: dict | None) -> str:
+    from mascot.evaluation.report import bracket
+
     if figure is None or figure.get("mean") is None:
         return "undefined"
     n = figure.get("clusters") or figure.get("n")
-    return f"{figure['mean']:+.3f} [{figure['ci_low']:+.3f}, {figure['ci_high']:+.3f}]; n={n}"
+    return f"{figure['mean']:+.3f} {bracket(figure, '+.3f')}; n={n}"  # no interval from one cluster
 
 
 if __name__ == "__main__":

@@ -71,9 +71,11 @@ def export_human(
 
 def share_cell(share: dict | None) -> str:
     """A share with its interval and n, or a dash where nothing counts (no decisive choice; no pairwise judge)."""
+    from mascot.evaluation.report import bracket
+
     if share is None:
         return "–"
-    return f"{share['share']:.0%} [{share['ci_low']:.0%}, {share['ci_high']:.0%}] n={share['n']}"
+    return f"{share['share']:.0%} {bracket(share, '.0%')} n={share['n']}"
 
 
 @eval_app.command("import-human")
@@ -87,6 +89,7 @@ def import_human(
     raters' agreement. Writes RUN/eval/human_results.json; a bad file is refused, naming its line and field."""
     from mascot.artifacts import ArtifactChanged
     from mascot.evaluation.human import HumanRatingsError, import_ratings
+    from mascot.evaluation.report import bracket
     from mascot.evaluation.systems import SYSTEMS
 
     try:
@@ -110,7 +113,7 @@ def import_human(
             missing_alpha.append(f"alpha against {label}: none, {agreement['reason']}")
         table.add_row(label, str(entry["raters"]), str(entry["ratings"]), str(entry["contexts"]),
                       f"{entry['wins']}/{entry['ties']}/{entry['losses']}",
-                      f"{entry['win_rate']:.0%} [{entry['ci_low']:.0%}, {entry['ci_high']:.0%}]",
+                      f"{entry['win_rate']:.0%} {bracket(entry, '.0%')}",
                       "–" if agreement["alpha"] is None else f"{agreement['alpha']:.2f} ({agreement['items']})",
                       share_cell(entry["side_a_share"]), share_cell(entry["judge_agreement"]))
     console.print(table)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from mascot.evaluation.report import HEADLINE
+from mascot.evaluation.report import HEADLINE, bracket
 from mascot.evaluation.systems import SYSTEMS
 
 
@@ -21,7 +21,7 @@ def primary_line(summary: dict) -> str:
             f"({declared['level']}, {declared['eval_set']}): ")
     if entry is None or entry["mean"] is None:
         return what + "not computed\n"
-    return what + (f"{entry['mean']:+.1f} [{entry['ci_low']:+.1f}, {entry['ci_high']:+.1f}], p {entry['p']:.3f}, "
+    return what + (f"{entry['mean']:+.1f} {bracket(entry, '+.1f')}, p {entry['p']:.3f}, "
                    f"{entry['clusters']} clusters\n")
 
 
@@ -47,9 +47,9 @@ def headline_table(summary_path: Path) -> Table:
         for level, metric in columns:
             entry = entries.get((level, metric, system))
             cells.append("–" if entry is None or entry["mean"] is None else
-                         f"{entry['mean']:.1f} [{entry['ci_low']:.1f}, {entry['ci_high']:.1f}]")
+                         f"{entry['mean']:.1f} {bracket(entry, '.1f')}")
         win = wins.get(system)
         cells.append("" if win is None or win["win_rate"] is None else
-                     f"{win['win_rate']:.0%} [{win['ci_low']:.0%}, {win['ci_high']:.0%}] (n={win['n']})")
+                     f"{win['win_rate']:.0%} {bracket(win, '.0%')} (n={win['n']})")
         table.add_row(SYSTEMS[system].label, *cells)
     return table

@@ -29,7 +29,7 @@ from mascot.data.contexts import read_contexts
 from mascot.data.qmsum import meeting_query
 from mascot.dialogue.turns import Turn, opening_turns
 from mascot.evaluation.conversations import read_conversations, with_training_seed
-from mascot.evaluation.statistics import win_rate
+from mascot.evaluation.statistics import no_interval_below_min_clusters, win_rate
 from mascot.evaluation.systems import SYSTEMS
 from mascot.judges.group import BlockItem, GroupHeuristicJudge, turn_lines
 from mascot.judges.llm_judge import escape_data
@@ -262,6 +262,7 @@ def preference_results(preferences: pl.DataFrame, confidence: float = 0.95, resa
             pl.col("winner").is_in(["A", "B"]))
         side_a = clustered_mean((decisive["winner"] == "A").cast(pl.Float64).to_list(),
                                 [cluster(c, c) for c in decisive["context_id"]], confidence, resamples, seed)
+        side_a = no_interval_below_min_clusters(side_a, side_a["clusters"])
         rubrics = rows["rubric"].drop_nulls().unique().to_list() if "rubric" in rows.columns else []
         seeded = baseline in SEEDED_SYSTEMS  # its conversation of MASCOT's training seed, else its only one
         keys = [(c, s, k, k if seeded else 0) for c, s, k in judged.select(index).iter_rows()]

@@ -24,10 +24,17 @@ def _save(figure, out: Path) -> Artifact:
     return Artifact(path=out, sha256=file_sha256(out))
 
 
+def _error(entry: dict) -> list[list[float]] | None:
+    """An interval as errorbar's asymmetric extent (a percentile bootstrap's is asymmetric); none without one."""
+    if entry["ci_low"] is None:
+        return None  # too few clusters for an interval: the dot alone
+    return [[entry["mean"] - entry["ci_low"]], [entry["ci_high"] - entry["mean"]]]
+
+
 def _interval_dot(axes, y: float, entry: dict, color: str, label: str | None = None) -> None:
-    """A mean as a dot and its interval as a bar: asymmetric, as a percentile bootstrap's is."""
-    axes.errorbar(entry["mean"], y, xerr=[[entry["mean"] - entry["ci_low"]], [entry["ci_high"] - entry["mean"]]],
-                  fmt="o", color=color, ecolor=color, elinewidth=1.5, capsize=3, markersize=5, label=label)
+    """A mean as a dot and its interval as a bar."""
+    axes.errorbar(entry["mean"], y, xerr=_error(entry), fmt="o", color=color, ecolor=color, elinewidth=1.5, capsize=3,
+                  markersize=5, label=label)
 
 
 def system_dot_plot(entries: dict[tuple[str, str], dict], systems: list[str], labels: dict[str, str],
@@ -65,9 +72,8 @@ def ablation_plot(entries: dict[tuple[str, str, str], dict], systems: list[str],
             if entry is None or entry["mean"] is None:
                 continue
             offset = x + (index - (len(systems) - 1) / 2) * width
-            axes.errorbar(offset, entry["mean"], yerr=[[entry["mean"] - entry["ci_low"]],
-                                                       [entry["ci_high"] - entry["mean"]]],
-                          fmt="o", color=f"C{index}", capsize=3, markersize=5, label=labels[system] if x == 0 else None)
+            axes.errorbar(offset, entry["mean"], yerr=_error(entry), fmt="o", color=f"C{index}", capsize=3,
+                          markersize=5, label=labels[system] if x == 0 else None)
     axes.set_xticks(range(len(metrics)), [f"{metric.replace('_', ' ')}\n({level})" for level, metric in metrics],
                     fontsize=8)
     axes.set_ylim(0, 100)

@@ -237,13 +237,22 @@ def _digits(entry: dict[str, Any]) -> int:
     return 1 if entry["level"] != AUTOMATIC or entry["metric"] == "mean_length" else 3
 
 
+def bracket(entry: dict[str, Any], spec: str) -> str:
+    """An entry's interval as `[low, high]` in the format `spec`, or why it has none (fewer clusters than
+    `statistics.MIN_CLUSTERS`)."""
+    if entry["ci_low"] is None:
+        clusters = entry.get("clusters")
+        return f"[no interval: {clusters} cluster{'s' * (clusters != 1)}]" if clusters is not None else "[no interval]"
+    return f"[{entry['ci_low']:{spec}}, {entry['ci_high']:{spec}}]"
+
+
 def _cell(entry: dict[str, Any] | None) -> str:
     if entry is None or entry["mean"] is None:
         return "–"
     d = _digits(entry)
     sd = f" ± {entry['sd']:.{d}f}" if entry["sd"] is not None else ""
     undefined = f" ({entry['undefined']} undefined)" if entry.get("undefined") else ""
-    return f"{entry['mean']:.{d}f}{sd} [{entry['ci_low']:.{d}f}, {entry['ci_high']:.{d}f}]{undefined}"
+    return f"{entry['mean']:.{d}f}{sd} {bracket(entry, f'.{d}f')}{undefined}"
 
 
 def _difference(entry: dict[str, Any]) -> str:
@@ -251,7 +260,7 @@ def _difference(entry: dict[str, Any]) -> str:
         return "–"
     d = _digits(entry)
     p = f", p_holm {entry['p_holm']:.3f}" if entry.get("p_holm") is not None else ""
-    return f"{entry['mean']:+.{d}f} [{entry['ci_low']:+.{d}f}, {entry['ci_high']:+.{d}f}]{p}"
+    return f"{entry['mean']:+.{d}f} {bracket(entry, f'+.{d}f')}{p}"
 
 
 def _alpha(result: dict[str, Any], unit: str = "conversation") -> str:
@@ -466,7 +475,7 @@ def splits_markdown(summary: dict[str, Any]) -> list[str]:
 
 def _split_cell(bucket: dict[str, Any], level: str, system: str) -> str:
     if bucket["results"] is None:
-        return "too few contexts"
+        return "too few clusters"
     entry = next((e for e in bucket["results"]["summaries"]
                   if e["level"] == level and e["metric"] == "overall" and e["system"] == system), None)
     return "–" if entry is None else f"{_cell(entry)}, n {entry['n']} ({entry['contexts']}, {entry['seeds']})"
@@ -513,7 +522,7 @@ def _ratio(entry: dict[str, Any] | None) -> str:
 def _share(share: dict[str, Any]) -> str:
     if share["share"] is None:
         return "– (0)"
-    return f"{share['share']:.1%} [{share['ci_low']:.1%}, {share['ci_high']:.1%}] ({share['n']})"
+    return f"{share['share']:.1%} {bracket(share, '.1%')} ({share['n']})"
 
 
 def companion_words(conversations) -> dict[tuple[str, str, int, int], int]:
@@ -573,8 +582,7 @@ def preference_markdown(summary: dict[str, Any]) -> list[str]:
                "words ratio | position consistency | side A (n) | failed pairs |"),
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for entry in summary["preferences"]:
-        rate = ("–" if entry["win_rate"] is None else
-                f"{entry['win_rate']:.1%} [{entry['ci_low']:.1%}, {entry['ci_high']:.1%}]")
+        rate = "–" if entry["win_rate"] is None else f"{entry['win_rate']:.1%} {bracket(entry, '.1%')}"
         consistency = "–" if entry["position_consistency"] is None else f"{entry['position_consistency']:.1%}"
         lines.append(f"| {SYSTEMS[entry['baseline']].label} | {entry['n']} ({entry['contexts']}, {entry['seeds']}) | "
                      f"{entry['wins']} | {entry['ties']} | {entry['losses']} | {rate} | "

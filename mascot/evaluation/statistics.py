@@ -24,7 +24,15 @@ import numpy as np
 from mascot.stats import clustered_mean, crossed_clustered_mean
 
 OVER_CLUSTERS = "percentile bootstrap over clusters"
+# A bootstrap over one cluster draws that cluster every time: its "interval" has no width and would read as certainty
+# (a tiny meetings profile holds out one meeting). Below this many clusters a figure has no interval.
+MIN_CLUSTERS = 2
 OVER_RUNS = "percentile bootstrap over clusters and training seeds (each resample draws both, with replacement)"
+
+
+def no_interval_below_min_clusters(result: dict, clusters: int) -> dict:
+    """`result` without its interval (`ci_low`, `ci_high` None) where it came from fewer than `MIN_CLUSTERS`."""
+    return result | {"ci_low": None, "ci_high": None} if clusters < MIN_CLUSTERS else result
 
 
 def per_context_means(values: Sequence[float | None], contexts: Sequence[str]) -> dict[str, float]:
@@ -53,6 +61,7 @@ def summarise(values: Sequence[float | None], contexts: Sequence[str], seeds: Se
         result["clusters"], interval = result["rows"], OVER_RUNS
     else:
         result, interval = clustered_mean(items, units, confidence, resamples, seed), OVER_CLUSTERS
+    result = no_interval_below_min_clusters(result, result["clusters"])
     array = np.asarray(items)
     return {"mean": result["value"], "sd": float(array.std(ddof=1)) if array.size > 1 else None,
             "n": result["n"], "contexts": len({k[1] for k in kept}), "clusters": result["clusters"],
@@ -68,7 +77,8 @@ def paired_comparison(system: dict[str, float], baseline: dict[str, float], conf
     a paired sign-flip permutation p (`sign_flip_test`). `contexts` counts the units (the caller names them)."""
     shared = sorted(system.keys() & baseline.keys())
     differences = [system[c] - baseline[c] for c in shared]
-    interval = clustered_mean(differences, shared, confidence, resamples, seed)
+    interval = no_interval_below_min_clusters(clustered_mean(differences, shared, confidence, resamples, seed),
+                                               len(shared))
     result = {"mean": interval["value"], "sd": float(np.std(differences, ddof=1)) if len(shared) > 1 else None,
               "contexts": len(shared), "ci_low": interval["ci_low"], "ci_high": interval["ci_high"],
               "confidence": confidence, "interval": OVER_CLUSTERS}
@@ -110,8 +120,8 @@ def paired_comparison_over_runs(system: dict[tuple[str, int], float], baseline: 
     means = (np.nan_to_num(unit_means) * counted)[kept].sum(axis=1) / counted[kept].sum(axis=1)
     tail = (1 - confidence) / 2
     low, high = (float(q) for q in np.quantile(means, [tail, 1 - tail]))
-    return result | {"ci_low": low, "ci_high": high, "interval": OVER_RUNS, "training_seeds": len(run_ids),
-                     "p_conditional_on_runs": True}
+    interval = no_interval_below_min_clusters({"ci_low": low, "ci_high": high}, len(units))
+    return result | interval | {"interval": OVER_RUNS, "training_seeds": len(run_ids), "p_conditional_on_runs": True}
 
 
 EXACT_SIGN_FLIPS = 16  # up to 2^16 = 65,536 sign assignments are enumerated; beyond, a seeded sample of them
@@ -199,9 +209,11 @@ def win_rate(outcomes: Sequence[float], contexts: Sequence[str], confidence: flo
               "losses": sum(o == 0 for o in outcomes), "n": len(outcomes), "confidence": confidence}
     if raters is None:
         interval = clustered_mean(outcomes, contexts, confidence, resamples, seed)
+        interval = no_interval_below_min_clusters(interval, interval["clusters"])
         return {**counts, "contexts": interval["clusters"], "win_rate": interval["value"],
                 "ci_low": interval["ci_low"], "ci_high": interval["ci_high"],
                 "interval": "percentile bootstrap over contexts"}
     interval = crossed_clustered_mean(outcomes, contexts, raters, confidence, resamples, seed)
+    interval = no_interval_below_min_clusters(interval, interval["rows"])
     return {**counts, "contexts": interval["rows"], "win_rate": interval["value"], "ci_low": interval["ci_low"],
             "ci_high": interval["ci_high"], "interval": "percentile bootstrap over contexts and raters, crossed"}

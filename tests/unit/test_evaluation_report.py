@@ -65,7 +65,7 @@ def test_the_report_shows_every_bucket_with_its_n_or_says_it_is_too_small():
     assert "| negative (3 contexts) | neutral (1 context) | positive (2 contexts) |" in section
     rows = [line for line in section.splitlines() if line.startswith("| MASCOT |")]
     assert len(rows) == 2  # persona and collective
-    assert rows[0].startswith("| MASCOT | 70.0 ± 10.0 [") and "n 3 (3, 1)" in rows[0] and "too few contexts" in rows[0]
+    assert rows[0].startswith("| MASCOT | 70.0 ± 10.0 [") and "n 3 (3, 1)" in rows[0] and "too few clusters" in rows[0]
 
 
 def test_figures_are_pngs_of_every_level_and_the_ablations_and_the_report_embeds_them(tmp_path):
@@ -213,3 +213,29 @@ def test_the_terminal_headline_gives_the_primary_endpoint(tmp_path):
                "primary": {"declared": declared, "comparison": entry}}
     (tmp_path / "summary.json").write_text(json.dumps(summary))
     assert headline_table(tmp_path / "summary.json").caption.startswith("primary endpoint: MASCOT - Multi-agent")
+
+
+def test_a_held_out_set_of_one_meeting_reads_as_without_interval_in_the_report_and_the_headline(tmp_path):
+    """The tiny meetings profile holds out one meeting: its windows are one cluster, so no figure on that set has an
+    interval, and the report and the terminal's primary line say so rather than print a zero-width one."""
+    from cli.headline import primary_line
+
+    judges = {"persona": ["heuristic"], "collective": ["heuristic"], "pairwise": "heuristic",
+              "shared_with_training": [], "heuristic_only": True}
+    conversations = pl.DataFrame({"role": ["companion"], "reasoning_marked": [None]},
+                                 schema_overrides={"reasoning_marked": pl.Boolean})
+    one_meeting = CONTEXTS.with_columns(cluster=pl.when(pl.col("eval_set") == "held_out").then(pl.lit("meeting-1"))
+                                        .otherwise(pl.col("context_id")))
+    primary = {"baseline": "multi_agent", "level": "collective", "metric": "overall", "eval_set": "held_out"}
+    summary = build_summary("r", ["mascot", "multi_agent"], [0], judges, one_meeting, scores(), conversations,
+                            resamples=100, primary=primary) | {"preferences": []}
+    report = report_markdown(summary)
+    assert "- **Primary:** +10.0 [no interval: 1 cluster], 1 clusters" in report
+    assert "| MASCOT | 6 (6, 1) | 65.0 ± 18.7 [no interval: 1 cluster] |" in report  # held_out, persona level
+    assert "| MASCOT | 2 (2, 1) | 15.0 ± 7.1 [10.0, 20.0] |" in report  # esconv's two contexts are two clusters
+    assert "+10.0 [no interval: 1 cluster], p 1.000, 1 clusters" in primary_line(summary)
+    from mascot.evaluation.plots import system_dot_plot  # the dot alone, without a bar
+
+    held = {(e["system"], e["metric"]): e for e in summary["results"]["held_out"]["summaries"] if e["level"] == "persona"}
+    assert system_dot_plot(held, ["mascot", "multi_agent"], {"mascot": "MASCOT", "multi_agent": "Multi-agent"},
+                           ["overall"], "held_out", tmp_path / "figure.png").path.stat().st_size > 0

@@ -9,6 +9,7 @@ from mascot.evaluation.statistics import (
     holm,
     judge_agreement,
     paired_comparison,
+    paired_comparison_over_runs,
     per_context_means,
     summarise,
     win_rate,
@@ -67,6 +68,27 @@ def test_krippendorff_alpha_by_hand():
     scores = {"a": {"i1": 1, "i2": 2, "i3": 3, "i4": 4}, "b": {"i1": 1, "i2": 2, "i3": 3, "i4": 5}}
     assert judge_agreement(scores)["alpha"] == pytest.approx(1 - 0.25 / (222 / 56))
     assert judge_agreement({"a": {"i1": 1, "i2": 2}})["alpha"] is None
+
+
+def test_one_cluster_gives_no_interval_where_a_bootstrap_would_give_one_of_no_width():
+    """Nine windows of one held-out meeting: every resample draws that meeting, so the bootstrap's 'interval' would
+    be the mean itself. Each figure keeps its mean and says it has no interval; with two clusters it has one."""
+    from mascot.evaluation.report import bracket
+
+    windows = [f"w{i}" for i in range(9)]
+    values = [float(i) for i in range(9)]
+    one = summarise(values, windows, [0] * 9, clusters=["meeting-a"] * 9)
+    assert one["mean"] == pytest.approx(4.0) and one["clusters"] == 1 and one["ci_low"] is one["ci_high"] is None
+    assert bracket(one, ".1f") == "[no interval: 1 cluster]"
+    two = summarise(values, windows, [0] * 9, clusters=["meeting-a"] * 4 + ["meeting-b"] * 5)
+    assert two["ci_low"] < two["ci_high"] and bracket(two, ".1f").startswith("[1.")
+    compared = paired_comparison({"meeting-a": 3.0}, {"meeting-a": 1.0})
+    assert compared["mean"] == 2.0 and compared["ci_low"] is None
+    runs = paired_comparison_over_runs({("meeting-a", 0): 3.0, ("meeting-a", 1): 5.0},
+                                       {("meeting-a", 0): 1.0, ("meeting-a", 1): 1.0})
+    assert runs["mean"] == 3.0 and runs["ci_low"] is None
+    rate = win_rate([1, 0, 1], ["meeting-a"] * 3)
+    assert rate["win_rate"] == pytest.approx(2 / 3) and rate["ci_low"] is None
 
 
 def test_win_rate_counts_ties_as_half():
