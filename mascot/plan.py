@@ -295,8 +295,9 @@ def _rate(backend: str, rates: dict[str, float]) -> float:
 
 def served_hours(work: list[Work], rates: dict[str, float]) -> dict[str, dict[str, float]]:
     """Hours of each server's work per stage (stage -> backend -> hours): its output tokens at its model's rate; an
-    in-process model's work is on the training GPU. A server's requests share its GPUs, so a stage lasts at least its
-    busiest server's hours, whatever the other GPUs do (a server of N data-parallel replicas is N times one's rate)."""
+    in-process model's work is on the training GPU. A server's requests share its GPUs, so a stage cannot end before
+    its busiest server has done its work, whatever the other GPUs do (a server of N data-parallel replicas is N times
+    one's rate)."""
     hours: dict[str, dict[str, float]] = {}
     for item in work:
         if not item.api:

@@ -24,10 +24,10 @@ import numpy as np
 from mascot.stats import clustered_mean, crossed_clustered_mean
 
 OVER_CLUSTERS = "percentile bootstrap over clusters"
+OVER_RUNS = "percentile bootstrap over clusters and training seeds (each resample draws both, with replacement)"
 # A bootstrap over one cluster draws that cluster every time: its "interval" has no width and would read as certainty
 # (a tiny meetings profile holds out one meeting). Below this many clusters a figure has no interval.
 MIN_CLUSTERS = 2
-OVER_RUNS = "percentile bootstrap over clusters and training seeds (each resample draws both, with replacement)"
 
 
 def no_interval_below_min_clusters(result: dict, clusters: int) -> dict:

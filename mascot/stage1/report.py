@@ -213,9 +213,9 @@ def _dropped(training: dict[str, Any]) -> str:
     if kept == training["train_pairs"]:
         return ""
     dropped = training["train_pairs"] - kept
+    limit = f" ({training['max_length']} tokens)" if "max_length" in training else ""
     return (f" **{dropped} of the {training['train_pairs']} training pairs ({dropped / training['train_pairs']:.1%}) "
-            f"were longer than max_length ({training['max_length']} tokens) and left out: the model learned from "
-            f"{kept}.**")
+            f"were longer than max_length{limit} and left out: the model learned from {kept}.**")
 
 
 def persona_swap_lines(swap: dict[str, Any]) -> list[str]:

@@ -46,6 +46,8 @@ def test_pairs_dropped_for_their_length_are_counted_in_the_report():
     text = "\n".join(reward_model_markdown(metrics))
     assert ("**3 of the 10 training pairs (30.0%) were longer than max_length (1024 tokens) and left out: the model "
             "learned from 7.**") in text
+    del metrics["training"]["max_length"]  # a run from before max_length was recorded
+    assert "were longer than max_length and left out" in "\n".join(reward_model_markdown(metrics))
 
 
 def test_no_held_out_pairs_reads_as_not_available_rather_than_zero():
