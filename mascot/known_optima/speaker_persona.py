@@ -47,8 +47,9 @@ from mascot.data.contexts import write_contexts
 from mascot.judges.base import JudgeItem, Judgment
 from mascot.judges.panel import JudgePanel, judgments_frame
 from mascot.known_optima import EXPECTED, moved_as_expected
+from mascot.known_optima.linear_reference import Pair, linear_reference
 from mascot.llm import make_backend
-from mascot.queries import Queries, Query
+from mascot.queries import Queries, Query, context_ids
 from mascot.roster import Persona, Roster
 from mascot.rubrics import Criterion, Rubric
 from mascot.stage1.candidates import sample_candidates, sample_shard
@@ -241,6 +242,7 @@ class PersonaRMCheck:
     pair_accuracy: dict  # held-out pair accuracy (mascot.stats.proportion)
     swap: dict  # persona_swap_accuracy on the held-out comparisons the planted judge decides
     report_swap: dict  # the Stage 1 report's swap test, on the held-out pairs' chosen replies
+    references: dict[int | None, float] = field(default_factory=dict)  # width (None: the tokens) -> `linear_reference`
 
     @property
     def pair_accuracy_passed(self) -> bool:
@@ -263,7 +265,16 @@ class PersonaRMCheck:
                  f"{self.swap['replies']} replies; at least {MIN_SWAP_ACCURACY:.0%}: "
                  f"{'pass' if self.swap_passed else 'FAIL'}"),
                 (f"  persona swap as the Stage 1 report measures it (held-out chosen replies): "
-                f"{_share(self.report_swap['accuracy'])}")]
+                 f"{_share(self.report_swap['accuracy'])}"),
+                *self._reference_lines()]
+
+    def _reference_lines(self) -> list[str]:
+        if not self.references:
+            return []
+        readers = "; ".join(f"{'from the tokens' if width is None else f'through a random {width}-dim code'} "
+                            f"{value:.1%}" for width, value in self.references.items())
+        return [(f"  linear reference, not the reward model: a linear score on the replies' tokens x persona ranks "
+                 f"held-out pairs {readers}")]
 
 
 @dataclass
@@ -324,7 +335,25 @@ def check_persona_rm(world: SpeakerWorld, config: RewardModelConfig, out: Path,
                                          "held_out": metrics["training"]["held_out_pairs"]},
                           metrics["held_out"]["accuracy"],
                           persona_swap_accuracy(scorer, planted_swap_comparisons(world), confidence),
-                          metrics["held_out"]["persona_swap"])
+                          metrics["held_out"]["persona_swap"], linear_references(world, config.model))
+
+
+def linear_references(world: SpeakerWorld, model: str | Path) -> dict[int | None, float]:
+    """`linear_reference` on the world's pairs with `model`'s tokenizer: from the tokens, and through a random code
+    as wide as the model's hidden state, which is where the reward model reads its score."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    held_out = set(world.contexts.read_parquet().filter(pl.col("held_out"))["context_id"])
+    pairs = world.pairs.read_parquet().with_columns(held_out=context_ids(pl.col("query_id")).is_in(held_out))
+    split = {flag: [Pair(*row) for row in pairs.filter(pl.col("held_out") == flag).select(
+        "persona", "chosen", "rejected").iter_rows()] for flag in (False, True)}
+
+    def tokenize(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    return {width: linear_reference(split[False], split[True], tokenize, len(tokenizer), width)
+            for width in (None, AutoConfig.from_pretrained(model).hidden_size)}
 
 
 def run_speaker_check(world: SpeakerWorld, persona_rm: PersonaRMCheck, policy: GRPOPolicyConfig, out: Path, *,

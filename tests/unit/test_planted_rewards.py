@@ -124,3 +124,27 @@ def test_diagonal_minus_off_diagonal_is_per_context_over_its_persona_prompts():
            "c2|catalyst": {"anchor": 1.0, "catalyst": 0.0, "beacon": 0.0}}
     assert diagonal_minus_off_diagonal(use) == pytest.approx({"c1": (0.75 + 0.0) / 2, "c2": -0.5})
     assert vocabulary_table(use)["anchor"] == {"anchor": 1.0, "catalyst": 0.5, "beacon": 0.0}
+
+
+def test_the_linear_reference_reads_which_persona_owns_a_token_and_loses_it_through_a_narrow_code():
+    """Persona a's own token is 1 and b's is 2: a's chosen reply holds 1 where its rejected one holds 2, b's the
+    other way round, among filler tokens. Only a score that crosses tokens with the persona ranks these pairs; a
+    one-dimensional code of 200 tokens drowns the two in the fillers."""
+    import random
+
+    from mascot.known_optima.linear_reference import Pair, linear_reference
+
+    rng = random.Random(0)
+
+    def reply(own: int) -> str:
+        return " ".join(map(str, [own, *rng.sample(range(3, 200), 8)]))
+
+    def pairs(count: int) -> list[Pair]:
+        return [Pair(persona, reply(own), reply(3 - own)) for persona, own in [("a", 1), ("b", 2)] * (count // 2)]
+
+    def tokenize(text: str) -> list[int]:
+        return [int(token) for token in text.split()]
+
+    train, held_out = pairs(200), pairs(100)
+    assert linear_reference(train, held_out, tokenize, 200) >= 0.95
+    assert linear_reference(train, held_out, tokenize, 200, width=1) <= 0.75
