@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from mascot.evaluation.report import HEADLINE, bracket
+from mascot.evaluation.report import HEADLINE, bracket, counted
 from mascot.evaluation.systems import SYSTEMS
 
 
@@ -22,7 +22,7 @@ def primary_line(summary: dict) -> str:
     if entry is None or entry["mean"] is None:
         return what + "not computed\n"
     return what + (f"{entry['mean']:+.1f} {bracket(entry, '+.1f')}, p {entry['p']:.3f}, "
-                   f"{entry['clusters']} clusters\n")
+                   f"{counted(entry['clusters'], 'cluster')}\n")
 
 
 def headline_table(summary_path: Path) -> Table:

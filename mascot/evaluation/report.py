@@ -220,7 +220,8 @@ def cot_line(cot: dict[str, Any], budgets: dict[str, dict[str, Any]]) -> str:
 
 def independence_line(independence: dict[str, Any]) -> str:
     """What eval/contexts.parquet counted about the evaluation contexts and training, and nothing it did not."""
-    sets = ", ".join(f"{name}: {e['contexts']} contexts in {e['clusters']} clusters" for name, e in independence.items())
+    sets = ", ".join(f"{name}: {counted(e['contexts'], 'context')} in {counted(e['clusters'], 'cluster')}"
+                     for name, e in independence.items())
     counts = [e["sharing_training_cluster"] for e in independence.values()]
     if not independence or None in counts:
         return (f"Clusters ({sets or 'not recorded'}). Whether an evaluation context shares a meeting or conversation "
@@ -237,12 +238,17 @@ def _digits(entry: dict[str, Any]) -> int:
     return 1 if entry["level"] != AUTOMATIC or entry["metric"] == "mean_length" else 3
 
 
+def counted(count: int, noun: str) -> str:
+    """'1 cluster', '2 clusters': a count and its regular noun."""
+    return f"{count} {noun}{'s' * (count != 1)}"
+
+
 def bracket(entry: dict[str, Any], spec: str) -> str:
     """An entry's interval as `[low, high]` in the format `spec`, or why it has none (fewer clusters than
     `statistics.MIN_CLUSTERS`)."""
     if entry["ci_low"] is None:
         clusters = entry.get("clusters")
-        return f"[no interval: {clusters} cluster{'s' * (clusters != 1)}]" if clusters is not None else "[no interval]"
+        return f"[no interval: {counted(clusters, 'cluster')}]" if clusters is not None else "[no interval]"
     return f"[{entry['ci_low']:{spec}}, {entry['ci_high']:{spec}}]"
 
 
@@ -371,7 +377,7 @@ def primary_markdown(summary: dict[str, Any]) -> list[str]:
         lines += ["", ("**Not computed: the evaluation made no such comparison (its set, level, metric or baseline has "
                   "no paired conversations).** Every comparison below is secondary."), ""]
         return lines
-    lines += ["", (f"- **Primary:** {_difference(entry).split(', p_holm')[0]}, {entry['clusters']} clusters "
+    lines += ["", (f"- **Primary:** {_difference(entry).split(', p_holm')[0]}, {counted(entry['clusters'], 'cluster')} "
               f"({entry['contexts']} contexts, {entry['seeds']} seed(s), {entry['pairs']} pairs), sd "
               f"{'–' if entry['sd'] is None else format(entry['sd'], '.3g')}; p = {entry['p']:.3f} ({entry['test']}), "
               "tested alone, unadjusted" + (f"; minimum detectable effect at {entry['mde_power']:.0%} power "

@@ -17,6 +17,7 @@ import polars as pl
 
 from mascot.artifacts import STAGE_REPORT_FROM_PARTIAL, Artifact, write_json, write_text
 from mascot.evaluation.plots import reward_curve
+from mascot.evaluation.report import counted
 from mascot.judges.panel import agreement
 from mascot.rubrics import Rubric
 from mascot.stage1.pairs import pairs_summary
@@ -170,7 +171,7 @@ def clustered_interval(share: dict[str, Any]) -> str:
     if not share["n"]:
         return "n/a (n=0)"
     return (f"{share['value']:.1%} [{share['ci_low']:.1%}, {share['ci_high']:.1%}] "
-            f"(n={share['n']} from {share['clusters']} clusters)")
+            f"(n={share['n']} from {counted(share['clusters'], 'cluster')})")
 
 
 def accuracy_lines(held_out: dict[str, Any]) -> list[str]:

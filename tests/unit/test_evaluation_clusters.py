@@ -107,7 +107,7 @@ def test_the_report_says_what_was_counted_and_nothing_else():
     contexts = pl.DataFrame({"context_id": ["a1", "a2", "b1", "e1"], "eval_set": ["held_out"] * 3 + ["esconv:test"],
                              "cluster": ["A", "A", "B", "e1"], "training_contexts_in_cluster": [0, 0, 0, 0]})
     line = independence_line(independence(contexts))
-    assert line == ("Clusters (held_out: 3 contexts in 2 clusters, esconv:test: 1 contexts in 1 clusters); counted in "
+    assert line == ("Clusters (held_out: 3 contexts in 2 clusters, esconv:test: 1 context in 1 cluster); counted in "
                     "eval/contexts.parquet, none shares a cluster (a meeting or a conversation) with any context a "
                     "training step read.")
     leaked = independence(contexts.with_columns(training_contexts_in_cluster=pl.Series([0, 0, 2, 0])))
