@@ -17,7 +17,8 @@ trained on the training contexts' pairs (`train_reward_model`). The check then a
 - persona swap: a held-out reply the planted judge places in its own persona's voice (more of its own entries
   than of the other persona's) scores higher under its own persona's prompt than under the other's in at least
   `MIN_SWAP_ACCURACY` of the comparisons (`mascot.stage1.persona_swap`, the Stage 1 report's test), with its
-  Wilson interval;
+  Wilson interval; beside both, what linear readers of the same pairs reach (`linear_reference`), which tells
+  pairs that cannot teach the judge from a reward model that cannot learn it;
 - the Speaker's GRPO (`train_grpo_policy` on Stage 1's Speaker prompts, rewarded by the persona reward model):
   the persona x vocabulary table of the held-out replies (mean entries of each persona's vocabulary per reply,
   under each persona's prompt) moves towards its diagonal. The measure is the diagonal minus the off-diagonal,
