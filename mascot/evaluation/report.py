@@ -378,7 +378,7 @@ def primary_markdown(summary: dict[str, Any]) -> list[str]:
                   "no paired conversations).** Every comparison below is secondary."), ""]
         return lines
     lines += ["", (f"- **Primary:** {_difference(entry).split(', p_holm')[0]}, {counted(entry['clusters'], 'cluster')} "
-              f"({entry['contexts']} contexts, {entry['seeds']} seed(s), {entry['pairs']} pairs), sd "
+              f"({counted(entry['contexts'], 'context')}, {entry['seeds']} seed(s), {counted(entry['pairs'], 'pair')}), sd "
               f"{'–' if entry['sd'] is None else format(entry['sd'], '.3g')}; p = {entry['p']:.3f} ({entry['test']}), "
               "tested alone, unadjusted" + (f"; minimum detectable effect at {entry['mde_power']:.0%} power "
                                              f"{entry['mde']:.3g} (two-sided α {entry['mde_alpha']:.2g})"

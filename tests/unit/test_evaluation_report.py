@@ -230,7 +230,7 @@ def test_a_held_out_set_of_one_meeting_reads_as_without_interval_in_the_report_a
     summary = build_summary("r", ["mascot", "multi_agent"], [0], judges, one_meeting, scores(), conversations,
                             resamples=100, primary=primary) | {"preferences": []}
     report = report_markdown(summary)
-    assert "- **Primary:** +10.0 [no interval: 1 cluster], 1 cluster" in report
+    assert "- **Primary:** +10.0 [no interval: 1 cluster], 1 cluster (" in report
     assert "| MASCOT | 6 (6, 1) | 65.0 ± 18.7 [no interval: 1 cluster] |" in report  # held_out, persona level
     assert "| MASCOT | 2 (2, 1) | 15.0 ± 7.1 [10.0, 20.0] |" in report  # esconv's two contexts are two clusters
     assert "+10.0 [no interval: 1 cluster], p 1.000, 1 cluster" in primary_line(summary)
