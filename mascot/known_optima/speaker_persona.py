@@ -44,7 +44,7 @@ import polars as pl
 
 from mascot.artifacts import Artifact, write_parquet
 from mascot.config import BackendConfig, DataConfig, GRPOPolicyConfig, RewardModelConfig, Stage1Config
-from mascot.data.contexts import write_contexts
+from mascot.data.contexts import held_out_ids, write_contexts
 from mascot.judges.base import JudgeItem, Judgment
 from mascot.judges.panel import JudgePanel, judgments_frame
 from mascot.known_optima import EXPECTED, moved_as_expected
@@ -345,11 +345,12 @@ def linear_references(world: SpeakerWorld, model: str | Path) -> dict[int | None
     from transformers import AutoConfig, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model)
-    held_out = set(world.contexts.read_parquet().filter(pl.col("held_out"))["context_id"])
-    pairs = world.pairs.read_parquet().with_columns(held_out=context_ids(pl.col("query_id")).is_in(held_out))
+    pairs = world.pairs.read_parquet()  # split as train_reward_model splits them
+    pairs = pairs.with_columns(held_out=context_ids(pairs["query_id"]).is_in(held_out_ids(world.contexts)))
     split = {flag: [Pair(*row) for row in pairs.filter(pl.col("held_out") == flag).select(
         "persona", "chosen", "rejected").iter_rows()] for flag in (False, True)}
 
+    @cache  # a reply is in many pairs, and each width reads every pair
     def tokenize(text: str) -> list[int]:
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
