@@ -62,6 +62,7 @@ def check_interval(share: dict, n: int) -> None:
 
 def test_reward_model_speaker_and_comparison_load_back(pairs_run, tiny_models):
     import torch
+    import wandb
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
@@ -76,6 +77,7 @@ def test_reward_model_speaker_and_comparison_load_back(pairs_run, tiny_models):
         rm = train_reward_model(resolved.train.persona_rm, pairs, contexts, run / "stage1" / "persona_rm",
                                 group_by="persona", name="persona_rm")
         speaker = train_speaker(resolved.train.speaker, queries, rm, run / "stage1" / "speaker")
+    wandb.teardown()  # finish() may return before wandb's service has flushed the record log; this waits for it
     # Offline wandb keeps its records in one binary log, where metric names are plain bytes.
     record = next(wandb_dir.parent.glob("run-*.wandb")).read_bytes()
     assert b"train/persona_rm/loss" in record and b"train/speaker/rewards/persona_rm/mean" in record

@@ -68,11 +68,14 @@ def test_the_manifest_masks_secrets_that_got_past_validation(leaky_config):
 
 
 def test_the_wandb_config_masks_them_too(leaky_config, monkeypatch):
+    import wandb
+
     from mascot import tracking
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     with tracking.wandb_run(leaky_config, "redaction"):
         pass
+    wandb.teardown()  # finish() may return before wandb's service has flushed the record log; this waits for it
     files = [f for f in (leaky_config.run_dir / "wandb").rglob("*") if f.is_file()]
     for file in files:
         data = file.read_bytes()
