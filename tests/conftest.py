@@ -1,10 +1,16 @@
 """Test-session setup: every cache and home directory lives under one temporary folder.
 
 The variables are set at import time, before transformers, prefect or wandb read them.
+
+The suite runs on two pytest-xdist workers (pyproject's addopts): most integration tests wait on servers and
+subprocesses, and use about one of CI's two cores. The controller imports this file first and the workers inherit its
+folder. Each worker has caches and homes of its own, as a serial run has, but the tiny models are built once for all
+of them: every worker's cache links its `tiny-models` to one folder, and `tiny_models` builds there under a lock.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tempfile
@@ -12,29 +18,37 @@ from pathlib import Path
 
 import pytest
 
-SESSION_DIR = Path(tempfile.mkdtemp(prefix="mascot-tests-"))
+SESSION_DIR = Path(os.environ.get("MASCOT_TEST_SESSION_DIR") or tempfile.mkdtemp(prefix="mascot-tests-"))
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # None in the controller, or without xdist (`-n 0`)
+WORKER_DIR = SESSION_DIR / (WORKER or "main")
 REPO = Path(__file__).resolve().parents[1]
 os.environ.update(
     {
-        "MASCOT_CACHE_DIR": str(SESSION_DIR / "mascot-cache"),
-        "PREFECT_HOME": str(SESSION_DIR / "prefect"),
+        "MASCOT_TEST_SESSION_DIR": str(SESSION_DIR),
+        "MASCOT_CACHE_DIR": str(WORKER_DIR / "mascot-cache"),
+        "PREFECT_HOME": str(WORKER_DIR / "prefect"),
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "60",
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "HF_HOME": str(SESSION_DIR / "hf"),
+        "HF_HOME": str(WORKER_DIR / "hf"),
         "HF_HUB_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
         "TRANSFORMERS_VERBOSITY": "error",
         "WANDB_MODE": "offline",
-        "WANDB_DIR": str(SESSION_DIR / "wandb"),
-        "WANDB_CACHE_DIR": str(SESSION_DIR / "wandb-cache"),
-        "WANDB_CONFIG_DIR": str(SESSION_DIR / "wandb-config"),
+        "WANDB_DIR": str(WORKER_DIR / "wandb"),
+        "WANDB_CACHE_DIR": str(WORKER_DIR / "wandb-cache"),
+        "WANDB_CONFIG_DIR": str(WORKER_DIR / "wandb-config"),
         "TOKENIZERS_PARALLELISM": "false",
     }
 )
+(WORKER_DIR / "mascot-cache").mkdir(parents=True, exist_ok=True)
+(SESSION_DIR / "tiny-models").mkdir(exist_ok=True)
+if not (WORKER_DIR / "mascot-cache" / "tiny-models").exists():
+    (WORKER_DIR / "mascot-cache" / "tiny-models").symlink_to(SESSION_DIR / "tiny-models")
 
 
 def pytest_sessionfinish(session, exitstatus):
-    shutil.rmtree(SESSION_DIR, ignore_errors=True)
+    if WORKER is None:  # the controller finishes last: a worker that finished first must not take the folder away
+        shutil.rmtree(SESSION_DIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -52,4 +66,6 @@ def tiny_models(tiny_config):
     from mascot.train.tiny import build_tiny_models
 
     spec = tiny_config.tiny.model_copy(update={"warm_start_steps": TEST_WARM_START})
-    return build_tiny_models(spec, SESSION_DIR / "mascot-cache", progress=False)
+    with open(SESSION_DIR / "tiny-models.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one worker builds; the others wait for it and find the build
+        return build_tiny_models(spec, WORKER_DIR / "mascot-cache", progress=False)

@@ -53,12 +53,15 @@ def test_stage2_learns_which_persona_fits_a_cue_from_a_planted_group_judge_and_i
     the cue more often on held-out contexts and gains on the group RM, its choice differs between cue classes; under
     the flipped judge the fitting share falls, under the shuffled judge it stays."""
     profile = resolve_tiny_models(tiny_config, progress=False)  # the tiny_models fixture's build
-    check = run_chain_check(profile, check_director(profile, CHAIN_STEPS), tmp_path,
-                            samples_per_prompt=CHAIN_SAMPLES)
-    report = "\n".join(check.lines())
-    print(report)
-    assert [arm.arm for arm in check.arms] == ["planted", "flipped", "shuffled"]
-    assert check.passed, report
+    director = check_director(profile, CHAIN_STEPS)
+    # The planted arm first: where it fails, the controls cannot make the check pass, and they would cost two more
+    # group RMs and Directors. The second call plays the same episodes again, from the first one's request cache.
+    for arms in (("planted",), ("flipped", "shuffled")):
+        check = run_chain_check(profile, director, tmp_path, samples_per_prompt=CHAIN_SAMPLES, arms=arms)
+        report = "\n".join(check.lines())
+        print(report)
+        assert [arm.arm for arm in check.arms] == list(arms)
+        assert check.passed, report
 
 
 # The tiny persona reward model does not learn the planted vocabularies: on the tiny LM's samples it memorises its
