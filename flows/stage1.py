@@ -105,7 +105,7 @@ def stage1(config_path: str, run_name: str | None = None, until: Until = "speake
                 judged_samples = steps.judge_candidates(panel, seed, held_out, samples, requests,
                                                         run.path("stage1", "speaker_eval-judgments.parquet"))
                 artifacts["stage1/speaker_eval"] = steps.compare_policies(
-                    train.before_after, seed, scored, judged_samples, run.path("stage1", "speaker_eval"))
+                    train.before_after, seed, scored, judged_samples, contexts, run.path("stage1", "speaker_eval"))
             run.record(artifacts)
             # A partial rerun of a run whose report went further reports beside it, never over it.
             partial = until if run.describes_beyond("stage1", until, STEPS) else None

@@ -9,7 +9,7 @@ them the way steps pass it: the contexts artifact, the roster, and optionally a 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import polars as pl
@@ -57,6 +57,13 @@ def build_queries(contexts: Iterable[Context], personas: Iterable[Persona]) -> l
 def context_ids(query_ids: pl.Series) -> pl.Series:
     """The context id of each query id."""
     return query_ids.str.replace(r"\|[^|]*$", "").alias("context_id")
+
+
+def cluster_ids(ids: pl.Series, clusters: Mapping[str, str] | None) -> list[str]:
+    """The cluster of each query's or state's context (`context_clusters`), the unit an interval resamples: the
+    windows of one meeting are not independent. Without `clusters`, each context is its own."""
+    contexts = context_ids(ids).to_list()
+    return contexts if clusters is None else [clusters[c] for c in contexts]
 
 
 class Queries(BaseModel):

@@ -103,5 +103,5 @@ def score_replies(config: SpeakerConfig, held_out: Queries, persona_rm: Artifact
 
 @task(**CACHED, **REPORTED)
 def compare_policies(compare: BeforeAfterConfig, seed: int, scored: Artifact, judgments: Artifact,
-                     out: Path) -> Artifact:
-    return before_after.compare_policies(compare, seed, scored, judgments, keyed(out))
+                     contexts: Artifact, out: Path) -> Artifact:
+    return before_after.compare_policies(compare, seed, scored, judgments, contexts, keyed(out))

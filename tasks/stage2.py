@@ -79,5 +79,6 @@ def evaluate_directors(evaluation: DirectorEvalConfig, directors: Directors, set
 
 
 @task(**CACHED, **REPORTED)
-def compare_directors(compare: BeforeAfterConfig, seed: int, scored: Artifact, out: Path) -> Artifact:
-    return director_eval.compare_directors(compare, seed, scored, keyed(out))
+def compare_directors(compare: BeforeAfterConfig, seed: int, scored: Artifact, contexts: Artifact,
+                      out: Path) -> Artifact:
+    return director_eval.compare_directors(compare, seed, scored, contexts, keyed(out))

@@ -100,6 +100,12 @@ def read_contexts(artifact: Artifact) -> dict[str, Context]:
     return contexts
 
 
+def context_clusters(artifact: Artifact) -> dict[str, str]:
+    """Each context id's cluster: the unit that the split holds out whole, and so the unit an interval resamples."""
+    frame = artifact.read_parquet()
+    return dict(zip(frame["context_id"].to_list(), frame["cluster"].to_list(), strict=True))
+
+
 def held_out_ids(artifact: Artifact) -> set[str]:
     """The context ids that contexts.parquet marks as held out."""
     frame = artifact.read_parquet()

@@ -213,7 +213,7 @@ def run_chain_check(profile: RunConfig, director: DirectorConfig, out: Path, *, 
         scored = evaluate_directors(evaluation, Directors(policy=director, adapter=adapter,
                                                           weights=director.reward_weights),
                                     setting, episodes, group_rm, folder / "director_eval-scored.parquet")
-        compared = compare_directors(evaluation, seed, scored, folder / "director_eval")
+        compared = compare_directors(evaluation, seed, scored, contexts, folder / "director_eval")
         check.arms.append(_measure(arm, group_rm, compared, contexts_list, evaluation, seed,
                                    time.perf_counter() - started))
     return check

@@ -12,18 +12,20 @@ out, which neither the reward model nor the Speaker was trained on.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from pathlib import Path
 
 import polars as pl
 
 from mascot.artifacts import Artifact, atomic_dir, dir_artifact, write_json, write_parquet
 from mascot.config import BeforeAfterConfig, SpeakerConfig
+from mascot.data.contexts import context_clusters
 from mascot.judges.panel import aggregate_scores
 from mascot.llm import make_backend, shared_cache
 from mascot.llm.transformers_backend import models_released
 from mascot.progress import cache_hits, shard_progress
 from mascot.prompts import speaker_messages
-from mascot.queries import Queries, context_ids
+from mascot.queries import Queries, cluster_ids
 from mascot.stage1.candidates import sample_candidates
 from mascot.stage1.rewards import speaker_reward_weights, speaker_rewards
 from mascot.stats import clustered_mean, describe, paired_difference
@@ -71,21 +73,23 @@ def score_replies(speaker: SpeakerConfig, held_out: Queries, persona_rm: Artifac
 
 
 def compare_policies(compare: BeforeAfterConfig, seed: int, scored: Artifact, judgments: Artifact,
-                     out: Path) -> Artifact:
-    """The scored replies with the panel's score (`judge`), and the comparison; samples.parquet and
-    metrics.json in `out`."""
+                     contexts: Artifact, out: Path) -> Artifact:
+    """The scored replies with the panel's score (`judge`), and the comparison over `contexts`' clusters;
+    samples.parquet and metrics.json in `out`."""
     judged = judgments.read_parquet()
     overall = aggregate_scores(judged, "mean").select("query_id", "candidate_idx", pl.col("overall").alias("judge"))
     samples = scored.read_parquet().join(overall, on=["query_id", "candidate_idx"], how="left", maintain_order="left")
     with atomic_dir(out) as staging:
         write_parquet(samples.drop("candidate_idx"), staging / "samples.parquet")
-        write_json(before_after_metrics(samples, compare, seed, judge_failures=int((~judged["ok"]).sum())),
-                   staging / "metrics.json")
+        write_json(before_after_metrics(samples, compare, seed, judge_failures=int((~judged["ok"]).sum()),
+                                        clusters=context_clusters(contexts)), staging / "metrics.json")
     return dir_artifact(out)
 
 
-def before_after_metrics(samples: pl.DataFrame, compare: BeforeAfterConfig, seed: int, judge_failures: int) -> dict:
-    """Per score: each policy's mean ± sd over prompts, and the paired Speaker - base difference."""
+def before_after_metrics(samples: pl.DataFrame, compare: BeforeAfterConfig, seed: int, judge_failures: int,
+                         clusters: Mapping[str, str] | None = None) -> dict:
+    """Per score: each policy's mean ± sd over prompts, and the paired Speaker - base difference, with an interval
+    over the contexts' clusters (`cluster_ids`)."""
     # Sorted: the bootstrap resamples rows by position, so their order must not depend on hashing.
     per_prompt = samples.group_by("query_id", "persona", "policy").agg(pl.col(SCORES).mean()).sort("query_id", "policy")
     metrics = {"prompts": per_prompt["query_id"].n_unique(), "samples_per_prompt": compare.samples_per_prompt,
@@ -97,8 +101,9 @@ def before_after_metrics(samples: pl.DataFrame, compare: BeforeAfterConfig, seed
             "base": describe(wide["base"].to_list()), "speaker": describe(wide["speaker"].to_list()),
             "difference": paired_difference(wide["base"].to_list(), wide["speaker"].to_list(), compare.confidence,
                                             compare.bootstrap_resamples, seed),
-            # The personas' prompts of one context are not independent: this interval resamples contexts.
-            "difference_by_context": clustered_mean(differences, context_ids(wide["query_id"]).to_list(),
+            # The personas' prompts of one context (or one meeting) are not independent: this interval resamples
+            # clusters.
+            "difference_by_context": clustered_mean(differences, cluster_ids(wide["query_id"], clusters),
                                                     compare.confidence, compare.bootstrap_resamples, seed),
         }
         for (persona,), group in sorted(wide.group_by("persona"), key=lambda item: item[0]):

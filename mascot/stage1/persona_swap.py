@@ -18,7 +18,7 @@ from typing import Any
 
 import polars as pl
 
-from mascot.queries import Query, context_ids
+from mascot.queries import Query, cluster_ids
 from mascot.stats import clustered_mean, proportion
 
 Messages = list[dict[str, str]]
@@ -42,10 +42,12 @@ def swap_comparisons(replies: pl.DataFrame, prompts: Mapping[str, Messages]) -> 
     return rows
 
 
-def persona_swap_accuracy(model: Any, comparisons: list[dict[str, Any]], confidence: float = 0.95) -> dict:
+def persona_swap_accuracy(model: Any, comparisons: list[dict[str, Any]], confidence: float = 0.95,
+                          clusters: Mapping[str, str] | None = None) -> dict:
     """Share of comparisons in which `model` (a `RewardModelScorer`: `score(prompts, replies)`) scores the reply
     higher under its own persona's prompt, with its Wilson interval (over comparisons, as if independent), an
-    interval that resamples contexts (the comparisons of one context are not independent), and per persona."""
+    interval that resamples the contexts' clusters (`cluster_ids`: the comparisons of one context are not
+    independent), and per persona."""
     if not comparisons:
         return {"accuracy": proportion(0, 0, confidence), "accuracy_by_context": clustered_mean([], [], confidence),
                 "by_persona": {}, "replies": 0}
@@ -58,15 +60,15 @@ def persona_swap_accuracy(model: Any, comparisons: list[dict[str, Any]], confide
                   for (persona,), rows in sorted(frame.group_by("persona"), key=lambda item: item[0])}
     return {"accuracy": proportion(int(frame["won"].sum()), frame.height, confidence),
             "accuracy_by_context": clustered_mean(frame["won"].cast(pl.Float64).to_list(),
-                                                  context_ids(frame["query_id"]).to_list(), confidence),
+                                                  cluster_ids(frame["query_id"], clusters), confidence),
             "by_persona": by_persona, "replies": frame.select("query_id", "text").unique().height}
 
 
-def held_out_persona_swap(model: Any, pairs: pl.DataFrame) -> dict:
+def held_out_persona_swap(model: Any, pairs: pl.DataFrame, clusters: Mapping[str, str] | None = None) -> dict:
     """The swap test on held-out pairs (`query_id`, `persona`, `prompt`, `chosen`): each query's chosen replies
     against the other personas' prompts for the same context. A `train_reward_model` held-out measure."""
     if pairs.is_empty():
         return persona_swap_accuracy(model, [])
     replies = pairs.select("query_id", "persona", text="chosen").unique(maintain_order=True)
     prompts = dict(zip(pairs["query_id"].to_list(), pairs["prompt"].to_list(), strict=True))
-    return persona_swap_accuracy(model, swap_comparisons(replies, prompts))
+    return persona_swap_accuracy(model, swap_comparisons(replies, prompts), clusters=clusters)

@@ -175,10 +175,10 @@ def clustered_interval(share: dict[str, Any]) -> str:
 
 
 def accuracy_lines(held_out: dict[str, Any]) -> list[str]:
-    """Held-out pair accuracy, with the interval that resamples contexts first: pairs of one context are
-    not independent, so the Wilson interval over pairs is too narrow, and is shown second."""
+    """Held-out pair accuracy, with the interval that resamples clusters first: pairs of one context, and the windows
+    of one meeting, are not independent, so the Wilson interval over pairs is too narrow, and is shown second."""
     return [(f"Held-out pair accuracy: {clustered_interval(held_out['accuracy_by_context'])}, 95% bootstrap interval "
-            "over contexts; chance is 50%."),
+            "over clusters (a context, or a meeting's windows); chance is 50%."),
             f"Wilson 95% interval over pairs, as if they were independent: {_interval(held_out['accuracy'])}."]
 
 
@@ -229,7 +229,7 @@ def persona_swap_lines(swap: dict[str, Any]) -> list[str]:
     return [(f"Persona-swap accuracy: {_interval(accuracy)}, 95% Wilson interval over comparisons: of "
              f"{swap['replies']} held-out chosen replies, each scored under its own persona's prompt and under each "
              "other persona's prompt of the same context, the share where its own persona scores higher; chance is "
-             f"50%. 95% bootstrap interval over contexts: {clustered_interval(swap['accuracy_by_context'])}."),
+             f"50%. 95% bootstrap interval over clusters: {clustered_interval(swap['accuracy_by_context'])}."),
             f"By persona: {by_persona}."]
 
 
@@ -254,7 +254,7 @@ def before_after_markdown(metrics: dict[str, Any]) -> list[str]:
     lines = ["## Before and after GRPO, on held-out prompts", "",
              (f"{metrics['prompts']} held-out prompts, {metrics['samples_per_prompt']} sample(s) per prompt and policy, "
              f"same seeds for both; judge failures: {metrics['judge_failures']}."), "",
-             ("| score | n (contexts) | base mean ± sd | Speaker mean ± sd | difference [95% CI over contexts] "
+             ("| score | n (clusters) | base mean ± sd | Speaker mean ± sd | difference [95% CI over clusters] "
              "| [95% CI over prompts] |"), "|---|---|---|---|---|---|"]
     for row in before_after_rows(metrics):
         if row["n"] == 0:

@@ -16,6 +16,7 @@ noise and the spread between directives.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -30,12 +31,13 @@ from mascot.config import (
     DirectorRewardWeights,
     GRPOPolicyConfig,
 )
+from mascot.data.contexts import context_clusters
 from mascot.dialogue.directives import director_messages
 from mascot.llm import make_backend
 from mascot.llm.served_adapters import served_adapter
 from mascot.llm.transformers_backend import models_released
 from mascot.progress import cache_hits, shard_progress
-from mascot.queries import context_ids, request_seed
+from mascot.queries import cluster_ids, context_ids, request_seed
 from mascot.stage2.branching import Setting
 from mascot.stage2.director import TrajectoryRollouts, split_states
 from mascot.stats import clustered_mean, describe, paired_difference
@@ -109,16 +111,21 @@ async def _sample(backend, params, setting: Setting, states, n: int, row) -> lis
     return list(await asyncio.gather(*(one(state) for state in states)))
 
 
-def compare_directors(compare: BeforeAfterConfig, seed: int, scored: Artifact, out: Path) -> Artifact:
-    """samples.parquet and metrics.json (per score: each policy's mean, the paired difference; validity)."""
+def compare_directors(compare: BeforeAfterConfig, seed: int, scored: Artifact, contexts: Artifact,
+                      out: Path) -> Artifact:
+    """samples.parquet and metrics.json (per score: each policy's mean, the paired difference; validity), with
+    intervals over `contexts`' clusters."""
     samples = scored.read_parquet()
     with atomic_dir(out) as staging:
         write_parquet(samples, staging / "samples.parquet")
-        write_json(director_metrics(samples, compare, seed), staging / "metrics.json")
+        write_json(director_metrics(samples, compare, seed, context_clusters(contexts)), staging / "metrics.json")
     return dir_artifact(out)
 
 
-def director_metrics(samples: pl.DataFrame, compare: BeforeAfterConfig, seed: int) -> dict:
+def director_metrics(samples: pl.DataFrame, compare: BeforeAfterConfig, seed: int,
+                     clusters: Mapping[str, str] | None = None) -> dict:
+    """Per score: each policy's mean, the paired difference over states and its interval over the contexts'
+    clusters (`cluster_ids`); each policy's validity and fallbacks; the reward signal."""
     per_state = samples.group_by("state_id", "policy").agg(pl.col(SCORES).mean()).sort("state_id", "policy")
     metrics = {"states": per_state["state_id"].n_unique(),
                "contexts": context_ids(per_state["state_id"]).n_unique(),
@@ -129,16 +136,17 @@ def director_metrics(samples: pl.DataFrame, compare: BeforeAfterConfig, seed: in
         metrics["scores"][score] = {
             "base": describe(base), "director": describe(trained),
             "difference": paired_difference(base, trained, compare.confidence, compare.bootstrap_resamples, seed),
-            # The states of one context share its conversation: the interval resamples contexts.
+            # The states of one context share its conversation (a meeting's windows, its meeting): the interval
+            # resamples clusters.
             "by_context": clustered_mean([t - b for b, t in zip(base, trained, strict=True)],
-                                         context_ids(wide["state_id"]).to_list(), compare.confidence,
+                                         cluster_ids(wide["state_id"], clusters), compare.confidence,
                                          compare.bootstrap_resamples, seed),
         }
     for policy in POLICIES:
         rows = samples.filter(pl.col("policy") == policy).sort("state_id", "sample_idx")
-        # Samples of one state, and states of one context, are not independent: the interval resamples contexts.
+        # Samples of one state, and states of one context, are not independent: the interval resamples clusters.
         metrics["validity"][policy] = clustered_mean(rows["valid"].cast(pl.Float64).to_list(),
-                                                     context_ids(rows["state_id"]).to_list(), compare.confidence,
+                                                     cluster_ids(rows["state_id"], clusters), compare.confidence,
                                                      compare.bootstrap_resamples, seed)
         metrics["fallbacks"][policy] = int((~rows["valid"]).sum())
     metrics["signal"] = reward_signal(samples, compare.confidence, compare.bootstrap_resamples, seed)

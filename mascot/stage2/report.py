@@ -159,7 +159,7 @@ def director_eval_markdown(metrics: dict[str, Any]) -> list[str]:
              f"mode with the same policy making every later directive) {metrics['signal']['rollouts']} time(s) with "
              "different seeds, and scored as in training, with the group reward model's term averaged over its "
              "rollouts."), "",
-             "| score | states | contexts | base mean ± sd | trained mean ± sd | difference [95% CI over contexts] |",
+             "| score | states | clusters | base mean ± sd | trained mean ± sd | difference [95% CI over clusters] |",
              "|---|---|---|---|---|---|"]
     for name, score in metrics["scores"].items():
         base, trained, by_context = score["base"], score["director"], score["by_context"]
@@ -171,9 +171,10 @@ def director_eval_markdown(metrics: dict[str, Any]) -> list[str]:
                      f"[{by_context['ci_low']:+.3f}, {by_context['ci_high']:+.3f}] |")
     validity, fallbacks = metrics["validity"], metrics["fallbacks"]
     lines += ["", ("Differences are trained - base, averaged per state; intervals are percentile bootstraps that "
-                   "resample held-out contexts, the unit of independence (a context's states share its conversation)."),
+                   "resample the held-out contexts' clusters, the unit of independence (a context's states share its "
+                   "conversation, a meeting's windows its meeting)."),
               (f"Directive validity (first directive): base {clustered_interval(validity['base'])}, trained "
-              f"{clustered_interval(validity['director'])} (bootstrap over contexts); fallbacks: base "
+              f"{clustered_interval(validity['director'])} (bootstrap over clusters); fallbacks: base "
               f"{fallbacks['base']}, trained {fallbacks['director']}.")]
     signal = metrics["signal"]
     if signal["rollout_sd"] is not None and signal["directive_sd"] is None:

@@ -24,8 +24,8 @@ import polars as pl
 
 from mascot.artifacts import Artifact, atomic_dir, dir_artifact, write_json
 from mascot.config import RewardModelConfig
-from mascot.data.contexts import held_out_ids
-from mascot.queries import context_ids
+from mascot.data.contexts import context_clusters, held_out_ids
+from mascot.queries import cluster_ids, context_ids
 from mascot.stats import clustered_mean, describe, histogram, proportion
 from mascot.torch_runtime import inference_dtype, quiet_transformers, require_torch
 from mascot.train.runtime import (
@@ -95,15 +95,15 @@ def preference_records(pairs: pl.DataFrame) -> list[dict]:
 
 def train_reward_model(config: RewardModelConfig, pairs: Artifact, contexts: Artifact, out: Path, *,
                        group_by: str, name: str,
-                       held_out_measures: Mapping[str, Callable[[RewardModelScorer, pl.DataFrame], dict]] | None = None,
-                       ) -> Artifact | None:
+                       held_out_measures: Mapping[str, Callable[..., dict]] | None = None) -> Artifact | None:
     """Train on the pairs of training contexts, resuming from checkpoints; write the model and metrics.json.
 
     `pairs` has `query_id` (whose context part marks it held out or not), `prompt`, `chosen`,
     `rejected` and the `group_by` column that held-out accuracy is broken down by. `name` labels the
     trainer's logs (`train/<name>/loss`) and the scorer. Each of `held_out_measures` (module-level functions,
-    so that `accelerate launch` can pickle them) measures the trained model on the held-out pairs, and its
-    result joins metrics.json's `held_out` under its key: the persona reward model's persona-swap test, say.
+    so that `accelerate launch` can pickle them) measures the trained model on the held-out pairs, given the
+    contexts' clusters (`measure(model, pairs, clusters)`), and its result joins metrics.json's `held_out` under
+    its key: the persona reward model's persona-swap test, say.
     """
     require_torch()
     from datasets import Dataset
@@ -159,7 +159,7 @@ def train_reward_model(config: RewardModelConfig, pairs: Artifact, contexts: Art
                                     chat_template_kwargs=config.chat_template_kwargs)
         metrics = {
             **reward_model_accuracy(trained, train_pairs, eval_pairs, group_by, config.accuracy_sample_pairs,
-                                    config.seed, held_out_measures),
+                                    config.seed, held_out_measures, context_clusters(contexts)),
             "training": {"steps": trainer.state.global_step, "resumed_from_step": resume.step,
                          "steps_run": trainer.state.global_step - resume.step,
                          "train_pairs": train_pairs.height, "held_out_pairs": eval_pairs.height,
@@ -174,14 +174,16 @@ def train_reward_model(config: RewardModelConfig, pairs: Artifact, contexts: Art
 
 def reward_model_accuracy(model: RewardModelScorer, train_pairs: pl.DataFrame, held_out_pairs: pl.DataFrame,
                           group_by: str, train_sample: int, seed: int,
-                          held_out_measures: Mapping[str, Callable[[RewardModelScorer, pl.DataFrame], dict]] | None = None,
-                          ) -> dict:
+                          held_out_measures: Mapping[str, Callable[..., dict]] | None = None,
+                          clusters: Mapping[str, str] | None = None) -> dict:
     """metrics.json's `held_out` (every held-out pair, and each of `held_out_measures` on them) and `train` (a seeded
-    sample of at most `train_sample` training pairs, with how many were scored of how many)."""
+    sample of at most `train_sample` training pairs, with how many were scored of how many). `clusters` maps a
+    context to its cluster (`context_clusters`), which the intervals resample."""
     sample = accuracy_sample(train_pairs, train_sample, seed)
-    return {"held_out": {**pair_accuracy(model, held_out_pairs, group_by),
-                         **{key: measure(model, held_out_pairs) for key, measure in (held_out_measures or {}).items()}},
-            "train": {**pair_accuracy(model, sample, group_by), "pairs_scored": sample.height,
+    return {"held_out": {**pair_accuracy(model, held_out_pairs, group_by, clusters=clusters),
+                         **{key: measure(model, held_out_pairs, clusters)
+                            for key, measure in (held_out_measures or {}).items()}},
+            "train": {**pair_accuracy(model, sample, group_by, clusters=clusters), "pairs_scored": sample.height,
                       "pairs": train_pairs.height, "sample_seed": seed}}
 
 
@@ -194,10 +196,11 @@ def accuracy_sample(pairs: pl.DataFrame, size: int, seed: int) -> pl.DataFrame:
     return pairs[np.sort(np.random.default_rng(seed).choice(pairs.height, size, replace=False)).tolist()]
 
 
-def pair_accuracy(model: RewardModelScorer, pairs: pl.DataFrame, group_by: str, confidence: float = 0.95) -> dict:
+def pair_accuracy(model: RewardModelScorer, pairs: pl.DataFrame, group_by: str, confidence: float = 0.95,
+                  clusters: Mapping[str, str] | None = None) -> dict:
     """Share of pairs where the chosen reply outscores the rejected one (ties count as wrong), with
-    Wilson intervals overall and per `group_by` value, a bootstrap interval over contexts, and the
-    distribution of reward margins."""
+    Wilson intervals overall and per `group_by` value, a bootstrap interval over the contexts' clusters (`clusters`,
+    `cluster_ids`), and the distribution of reward margins."""
     if pairs.is_empty():
         return {"accuracy": proportion(0, 0, confidence), "accuracy_by_context": clustered_mean([], [], confidence),
                 f"by_{group_by}": {}, "margin": describe([]),
@@ -213,8 +216,8 @@ def pair_accuracy(model: RewardModelScorer, pairs: pl.DataFrame, group_by: str, 
     margins = scored["margin"].to_list()
     correct = (scored["margin"] > 0).cast(pl.Float64).to_list()
     return {"accuracy": proportion(int((scored["margin"] > 0).sum()), scored.height, confidence),
-            # Pairs of one context are not independent: this interval resamples contexts, not pairs.
-            "accuracy_by_context": clustered_mean(correct, context_ids(pairs["query_id"]).to_list(), confidence),
+            # Pairs of one context, or of one meeting's windows, are not independent: this interval resamples clusters.
+            "accuracy_by_context": clustered_mean(correct, cluster_ids(pairs["query_id"], clusters), confidence),
             f"by_{group_by}": by_group, "margin": describe(margins), "margin_histogram": histogram(margins),
             # Every reply's score: on the training pairs, the scale `score_scale` standardises by.
             "scores": describe([*chosen, *rejected])}

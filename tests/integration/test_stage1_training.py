@@ -125,7 +125,8 @@ def test_reward_model_speaker_and_comparison_load_back(pairs_run, tiny_models):
     scored = score_replies(resolved.train.speaker, held_out, rm, samples, work / "scored.parquet")
     judged = judge_shard(PanelSpec.load(config.stage1.judges, config.stage1.rubric), config.run.seed, held_out,
                          samples, requests, work / "judgments.parquet")
-    comparison = compare_policies(compare, config.run.seed, scored, judged, run / "stage1" / "speaker_eval")
+    comparison = compare_policies(compare, config.run.seed, scored, judged, contexts,
+                                  run / "stage1" / "speaker_eval")
     result = json.loads((comparison.path / "metrics.json").read_text())
     prompts = len(held) * len(roster.active)
     assert result["prompts"] == prompts and set(result["scores"]) == SCORES
@@ -176,7 +177,7 @@ def test_a_killed_speaker_training_resumes_from_its_checkpoint(workdir):
     for score in summary["before_after"]["scores"].values():
         assert {"mean", "n", "ci_low", "ci_high"} <= set(score["difference"])
     report = (run / "stage1" / "report.md").read_text()
-    assert "Held-out pair accuracy" in report and "difference [95% CI over contexts]" in report
+    assert "Held-out pair accuracy" in report and "difference [95% CI over clusters]" in report
     assert (run / "stage1" / "reward_curve.png").read_bytes().startswith(b"\x89PNG")
     manifest = json.loads((run / "manifest.json").read_text())["artifacts"]
     assert {"stage1/persona_rm", "stage1/speaker", "stage1/speaker_eval", "stage1/report"} <= set(manifest)

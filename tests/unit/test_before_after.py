@@ -51,3 +51,16 @@ def test_a_failed_judgment_leaves_its_prompt_out_of_the_judge_comparison_only():
     assert metrics["scores"]["judge"]["difference"]["n"] == 11
     assert metrics["scores"]["persona_rm"]["difference"]["n"] == 12
     assert metrics["judge_failures"] == 4
+
+
+def test_the_interval_resamples_the_contexts_clusters_where_a_meeting_has_several_windows():
+    # 12 contexts, windows of 3 meetings: the prompts of one meeting move together, so the interval counts 3 units.
+    meetings = {f"c{prompt}": f"meeting{prompt % 3}" for prompt in range(12)}
+    config = BeforeAfterConfig(bootstrap_resamples=500)
+    by_meeting = before_after_metrics(samples(), config, seed=0, judge_failures=0, clusters=meetings)
+    by_context = before_after_metrics(samples(), config, seed=0, judge_failures=0)
+    assert by_meeting["scores"]["judge"]["difference_by_context"]["clusters"] == 3
+    assert by_context["scores"]["judge"]["difference_by_context"]["clusters"] == 12
+    with pytest.raises(KeyError, match="c11"):  # a context the table does not know is a bug, not its own cluster
+        before_after_metrics(samples(), config, seed=0, judge_failures=0,
+                             clusters={c: m for c, m in meetings.items() if c != "c11"})

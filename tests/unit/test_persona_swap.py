@@ -61,6 +61,9 @@ def test_accuracy_counts_own_persona_wins_and_a_tie_as_a_loss_with_its_wilson_in
     assert swap["by_persona"] == {"anchor": proportion(3, 3), "beacon": proportion(1, 3),
                                   "catalyst": proportion(2, 2)}
     assert swap["accuracy_by_context"] == clustered_mean([1, 1, 0, 0, 1, 1, 1, 1], ["c1"] * 6 + ["c2"] * 2)
+    # Windows of one meeting: the interval resamples the meeting, once.
+    one_meeting = held_out_persona_swap(PersonaWordScorer(), pairs, clusters={"c1": "m", "c2": "m"})
+    assert one_meeting["accuracy_by_context"] == clustered_mean([1, 1, 0, 0, 1, 1, 1, 1], ["m"] * 8)
 
 
 def test_a_persona_blind_model_wins_no_comparison():

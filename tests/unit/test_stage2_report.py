@@ -69,6 +69,12 @@ def test_the_director_before_after_gives_each_score_and_validity_its_n_and_an_in
     assert "Directive validity (first directive): base 50.0% [" in text and "(n=12 from 3 clusters)" in text
     assert metrics["signal"]["rollout_sd"] is None and "Reward signal" not in text  # one rollout: no split
 
+    # Contexts 0 and 1 are windows of one meeting: the intervals resample 2 meetings, not 3 contexts.
+    meetings = director_metrics(samples, BeforeAfterConfig(bootstrap_resamples=200), seed=0,
+                                clusters={"c0": "m0", "c1": "m0", "c2": "m1"})
+    assert meetings["scores"]["group_rm"]["by_context"]["clusters"] == 2
+    assert meetings["validity"]["base"]["clusters"] == 2 and meetings["contexts"] == 3
+
 
 def test_the_reward_signal_separates_the_rollouts_noise_from_the_spread_between_directives():
     # Two states, two directives each, two draws. Directive effects 0 and 1 per state; each draw moves every

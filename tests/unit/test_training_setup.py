@@ -130,6 +130,23 @@ def test_pair_accuracy_records_the_scale_of_every_replys_score(tiny_models):
     assert recorded["sd"] == pytest.approx(float(pl.Series(scores).std()))
 
 
+def test_pair_accuracy_resamples_the_contexts_clusters():
+    from mascot.train.reward_model import pair_accuracy
+
+    class Longer:  # prefers the longer reply
+        def score(self, prompts, replies):
+            return [float(len(reply)) for reply in replies]
+
+    prompt = [{"role": "user", "content": "hi"}]
+    pairs = pl.DataFrame({"query_id": [f"w{i}|anchor" for i in range(4)], "persona": ["anchor"] * 4,
+                          "prompt": [prompt] * 4, "chosen": ["long reply", "long reply", "x", "long reply"],
+                          "rejected": ["short", "short", "longer", "short"]})
+    # Windows w0 and w1 of one meeting, w2 and w3 of another: two units, not four.
+    by_meeting = pair_accuracy(Longer(), pairs, "persona", clusters={"w0": "m0", "w1": "m0", "w2": "m1", "w3": "m1"})
+    assert by_meeting["accuracy_by_context"]["clusters"] == 2 and by_meeting["accuracy_by_context"]["value"] == 0.75
+    assert pair_accuracy(Longer(), pairs, "persona")["accuracy_by_context"]["clusters"] == 4
+
+
 def test_models_are_scored_in_bf16_only_on_a_gpu_that_has_it(tiny_models):
     import torch
 
