@@ -75,7 +75,8 @@ def clustered_mean(values: Sequence[float], clusters: Sequence[str], confidence:
     """A mean (a share, for 0/1 values) with a percentile bootstrap interval that resamples whole clusters.
 
     Items of one cluster (the pairs of one context, the samples of one state) are not independent, so
-    an interval that resamples items is too narrow; this one resamples the clusters, with their items.
+    an interval that resamples items is too narrow; this one resamples the clusters, with their items. From one
+    cluster there is no spread between clusters to resample: the interval is None, not a point.
     """
     array = np.asarray(values, dtype=float)
     result = {"value": None, "n": int(array.size), "clusters": 0, "ci_low": None, "ci_high": None,
@@ -87,6 +88,8 @@ def clustered_mean(values: Sequence[float], clusters: Sequence[str], confidence:
     labels, index = np.unique(np.asarray(clusters, dtype=str), return_inverse=True)
     sums, counts = np.bincount(index, weights=array), np.bincount(index).astype(float)
     result["value"], result["clusters"] = float(array.mean()), int(labels.size)
+    if labels.size < 2:
+        return result
     picks = np.random.default_rng(seed).integers(0, labels.size, size=(resamples, labels.size))
     means = sums[picks].sum(axis=1) / counts[picks].sum(axis=1)
     tail = (1 - confidence) / 2

@@ -170,8 +170,8 @@ def _interval(share: dict[str, Any]) -> str:
 def clustered_interval(share: dict[str, Any]) -> str:
     if not share["n"]:
         return "n/a (n=0)"
-    return (f"{share['value']:.1%} [{share['ci_low']:.1%}, {share['ci_high']:.1%}] "
-            f"(n={share['n']} from {counted(share['clusters'], 'cluster')})")
+    interval = "[no interval]" if share["ci_low"] is None else f"[{share['ci_low']:.1%}, {share['ci_high']:.1%}]"
+    return f"{share['value']:.1%} {interval} (n={share['n']} from {counted(share['clusters'], 'cluster')})"
 
 
 def accuracy_lines(held_out: dict[str, Any]) -> list[str]:

@@ -166,9 +166,10 @@ def director_eval_markdown(metrics: dict[str, Any]) -> list[str]:
         if not by_context["n"]:
             lines.append(f"| {name} | 0 | 0 | n/a | n/a | n/a |")
             continue
+        interval = ("[no interval]" if by_context["ci_low"] is None
+                    else f"[{by_context['ci_low']:+.3f}, {by_context['ci_high']:+.3f}]")
         lines.append(f"| {name} | {by_context['n']} | {by_context['clusters']} | {base['mean']:.3f} ± {base['sd']:.3f} "
-                     f"| {trained['mean']:.3f} ± {trained['sd']:.3f} | {by_context['value']:+.3f} "
-                     f"[{by_context['ci_low']:+.3f}, {by_context['ci_high']:+.3f}] |")
+                     f"| {trained['mean']:.3f} ± {trained['sd']:.3f} | {by_context['value']:+.3f} {interval} |")
     validity, fallbacks = metrics["validity"], metrics["fallbacks"]
     lines += ["", ("Differences are trained - base, averaged per state; intervals are percentile bootstraps that "
                    "resample the held-out contexts' clusters, the unit of independence (a context's states share its "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from mascot.config import BeforeAfterConfig
 from mascot.stage1.report import (
+    accuracy_lines,
     before_after_markdown,
     before_after_rows,
     reward_model_markdown,
@@ -80,3 +81,9 @@ def test_before_after_table_has_n_means_and_intervals_and_survives_an_empty_scor
     text = "\n".join(before_after_markdown(metrics))
     assert "| persona_rm | 3 (2) | 2.000 ± 1.000 |" in text and "| judge | 0 | n/a | n/a | n/a | n/a |" in text
     assert "judge failures: 3" in text
+
+
+def test_a_held_out_set_of_one_meeting_gets_its_accuracy_without_an_interval():
+    one_meeting = {"accuracy": proportion(6, 9), "accuracy_by_context": clustered_mean([1.0] * 6 + [0.0] * 3, ["m"] * 9)}
+    assert accuracy_lines(one_meeting)[0].startswith(
+        "Held-out pair accuracy: 66.7% [no interval] (n=9 from 1 cluster), 95% bootstrap interval over clusters")

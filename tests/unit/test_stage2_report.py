@@ -74,6 +74,10 @@ def test_the_director_before_after_gives_each_score_and_validity_its_n_and_an_in
                                 clusters={"c0": "m0", "c1": "m0", "c2": "m1"})
     assert meetings["scores"]["group_rm"]["by_context"]["clusters"] == 2
     assert meetings["validity"]["base"]["clusters"] == 2 and meetings["contexts"] == 3
+    one = director_metrics(samples, BeforeAfterConfig(bootstrap_resamples=200), seed=0, clusters=dict.fromkeys(
+        ("c0", "c1", "c2"), "m0"))
+    assert "| group_rm | 6 | 1 |" in "\n".join(director_eval_markdown(one)) and "+0.100 [no interval] |" in "\n".join(
+        director_eval_markdown(one))
 
 
 def test_the_reward_signal_separates_the_rollouts_noise_from_the_spread_between_directives():

@@ -73,6 +73,9 @@ def test_a_clustered_interval_is_wider_than_one_that_treats_clustered_items_as_i
 
 def test_a_clustered_mean_of_nothing_is_not_available_and_mismatched_labels_fail():
     assert clustered_mean([], [])["value"] is None
+    # One cluster (a held-out meeting's windows): a mean, but no spread between clusters to give an interval.
+    one = clustered_mean([1.0, 0.0, 1.0], ["m", "m", "m"])
+    assert one["value"] == pytest.approx(2 / 3) and one["clusters"] == 1 and one["ci_low"] is one["ci_high"] is None
     with pytest.raises(ValueError, match="2 values but 1 cluster labels"):
         clustered_mean([1.0, 0.0], ["a"])
 
