@@ -21,6 +21,8 @@ import pytest
 SESSION_DIR = Path(os.environ.get("MASCOT_TEST_SESSION_DIR") or tempfile.mkdtemp(prefix="mascot-tests-"))
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # None in the controller, or without xdist (`-n 0`)
 WORKER_DIR = SESSION_DIR / (WORKER or "main")
+if WORKER:  # a worker starts with COLUMNS=80, which rich would make the CLI console's width when cli is imported;
+    os.environ.pop("COLUMNS", None)  # a serial run has none, and tests that need a width pass it to the command
 REPO = Path(__file__).resolve().parents[1]
 os.environ.update(
     {
