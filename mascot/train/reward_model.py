@@ -84,6 +84,10 @@ class RewardModelScorer:
         return self.score(prompts, replies)
 
 
+# A held-out measure beside pair accuracy: (the trained model, the held-out pairs, each context's cluster) -> metrics.
+HeldOutMeasure = Callable[[RewardModelScorer, pl.DataFrame, Mapping[str, str]], dict]
+
+
 def preference_records(pairs: pl.DataFrame) -> list[dict]:
     """TRL's conversational preference format with an explicit prompt."""
     return [
@@ -95,7 +99,7 @@ def preference_records(pairs: pl.DataFrame) -> list[dict]:
 
 def train_reward_model(config: RewardModelConfig, pairs: Artifact, contexts: Artifact, out: Path, *,
                        group_by: str, name: str,
-                       held_out_measures: Mapping[str, Callable[..., dict]] | None = None) -> Artifact | None:
+                       held_out_measures: Mapping[str, HeldOutMeasure] | None = None) -> Artifact | None:
     """Train on the pairs of training contexts, resuming from checkpoints; write the model and metrics.json.
 
     `pairs` has `query_id` (whose context part marks it held out or not), `prompt`, `chosen`,
@@ -174,7 +178,7 @@ def train_reward_model(config: RewardModelConfig, pairs: Artifact, contexts: Art
 
 def reward_model_accuracy(model: RewardModelScorer, train_pairs: pl.DataFrame, held_out_pairs: pl.DataFrame,
                           group_by: str, train_sample: int, seed: int,
-                          held_out_measures: Mapping[str, Callable[..., dict]] | None = None,
+                          held_out_measures: Mapping[str, HeldOutMeasure] | None = None,
                           clusters: Mapping[str, str] | None = None) -> dict:
     """metrics.json's `held_out` (every held-out pair, and each of `held_out_measures` on them) and `train` (a seeded
     sample of at most `train_sample` training pairs, with how many were scored of how many). `clusters` maps a
