@@ -149,16 +149,17 @@ def run_builds(profile_path: Path, builds: int) -> int:
 
 
 def learning_figures(run_dir: Path) -> dict[str, dict | None]:
-    """A run's three learning figures, read from its run directory: the Speaker's held-out persona-RM gain
-    (interval over contexts), the Director's held-out group-RM gain (over states) and the evaluation's primary
-    endpoint (None where the evaluation computed none)."""
+    """A run's three learning figures, read from its run directory, each with its interval over the held-out
+    contexts' clusters: the Speaker's held-out persona-RM gain, the Director's held-out group-RM gain and the
+    evaluation's primary endpoint (None where the evaluation computed none)."""
     def read(*parts: str) -> dict:
         return json.loads(run_dir.joinpath(*parts).read_text())
 
     speaker = read("stage1", "speaker_eval", "metrics.json")["scores"]["persona_rm"]["difference_by_context"]
-    director = read("stage2", "director_eval", "metrics.json")["scores"]["group_rm"]["difference"]
+    director = read("stage2", "director_eval", "metrics.json")["scores"]["group_rm"]["by_context"]
     primary = (read("eval", "summary.json").get("primary") or {}).get("comparison")
-    return {"speaker": {**speaker, "mean": speaker["value"]}, "director": director, "primary": primary}
+    return {"speaker": {**speaker, "mean": speaker["value"]}, "director": {**director, "mean": director["value"]},
+            "primary": primary}
 
 
 def _figure(figure: dict | None) -> str:
