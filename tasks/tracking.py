@@ -50,10 +50,10 @@ def report_stage1(run_name: str, rubric: Rubric, artifacts: dict[str, Artifact],
 
 
 @task(**CACHED, **REPORTED)
-def report_stage2(run_name: str, rubric: Rubric, method: str, artifacts: dict[str, Artifact], requests: Path,
-                  out: Path) -> dict[str, Artifact]:
+def report_stage2(run_name: str, rubric: Rubric, method: str, artifacts: dict[str, Artifact], contexts: Artifact,
+                  requests: Path, out: Path) -> dict[str, Artifact]:
     stats = shared_cache(requests).stats().as_dict()
-    summary, written = stage2_report.write_report(rubric, method, artifacts, stats, keyed(out))
+    summary, written = stage2_report.write_report(rubric, method, artifacts, contexts, stats, keyed(out))
     key = f"{run_name}-stage2".lower().replace("_", "-").replace(".", "-")
     if "group_rm" in summary:
         held_out = summary["group_rm"]["held_out"]

@@ -9,12 +9,14 @@ pairs of one context, samples of one state) get a bootstrap interval over the cl
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from mascot.artifacts import Artifact, write_json, write_text
+from mascot.data.contexts import context_clusters
 from mascot.rubrics import Rubric
 from mascot.stage1.pairs import pairs_summary
 from mascot.stage1.report import clustered_interval, reward_model_markdown, score_distribution
@@ -31,10 +33,11 @@ def training_metrics(method: str) -> dict[str, str]:
     return {"group_rm": "stage2/group_rm", "director": f"stage2/{name}", "director_eval": f"stage2/{name}_eval"}
 
 
-def write_report(rubric: Rubric, method: str, artifacts: dict[str, Artifact], cache: dict[str, float],
-                 out: Path) -> tuple[dict[str, Any], dict[str, Artifact]]:
+def write_report(rubric: Rubric, method: str, artifacts: dict[str, Artifact], contexts: Artifact,
+                 cache: dict[str, float], out: Path) -> tuple[dict[str, Any], dict[str, Artifact]]:
     frames = {name: artifacts[f"stage2/{name}"].read_parquet() for name in ("episodes", "judgments", "pairs")}
-    summary = stage2_summary(rubric, frames["episodes"], frames["judgments"], frames["pairs"], cache)
+    summary = stage2_summary(rubric, frames["episodes"], frames["judgments"], frames["pairs"], cache,
+                             context_clusters(contexts))
     summary["director_method"] = method
     for key, name in training_metrics(method).items():
         if name in artifacts:
@@ -45,13 +48,14 @@ def write_report(rubric: Rubric, method: str, artifacts: dict[str, Artifact], ca
     return summary, written
 
 
-def directive_counts(episodes: pl.DataFrame) -> dict[str, Any]:
+def directive_counts(episodes: pl.DataFrame, clusters: Mapping[str, str]) -> dict[str, Any]:
     """Validity of the Director's directives in the episodes: turns that needed no fallback, and those
-    valid at the first attempt, each with a bootstrap interval over episodes; fallbacks counted."""
+    valid at the first attempt, each with a bootstrap interval over the contexts' clusters (`context_clusters`:
+    a context's episodes share its opening, and a meeting's windows are one unit); fallbacks counted."""
     turns = episodes.filter(pl.col("role") == "companion")
     valid = (~turns["fallback"]).cast(pl.Float64).to_list()
     first = ((turns["directive_attempts"] == 1) & ~turns["fallback"]).cast(pl.Float64).to_list()
-    clusters = turns["episode_id"].to_list()
+    clusters = [clusters[context] for context in turns["context_id"]]
     return {"turns": turns.height, "fallbacks": int(turns["fallback"].sum()),
             "valid": clustered_mean(valid, clusters), "valid_first_attempt": clustered_mean(first, clusters),
             "attempts": dict(sorted((str(k), v) for k, v in turns.group_by("directive_attempts").len().iter_rows())),
@@ -59,7 +63,7 @@ def directive_counts(episodes: pl.DataFrame) -> dict[str, Any]:
 
 
 def stage2_summary(rubric: Rubric, episodes: pl.DataFrame, judgments: pl.DataFrame, pairs: pl.DataFrame,
-                   cache: dict[str, float]) -> dict[str, Any]:
+                   cache: dict[str, float], clusters: Mapping[str, str]) -> dict[str, Any]:
     criteria = rubric.criterion_ids
     ok, failures = judgments.filter(pl.col("ok")), judgments.filter(~pl.col("ok"))
     n_states = episodes["state_id"].drop_nulls().n_unique()
@@ -69,7 +73,7 @@ def stage2_summary(rubric: Rubric, episodes: pl.DataFrame, judgments: pl.DataFra
                    .unique().height,
                    "turns": episodes.height, "judgments": judgments.height, "judge_failures": failures.height,
                    "pairs": pairs.height, "directive_pairs": directive_pairs(pairs).height},
-        "directives": directive_counts(episodes),
+        "directives": directive_counts(episodes, clusters),
         "judge_failures": {"rate": failures.height / judgments.height if judgments.height else 0.0,
                            "examples": failures["error"].head(3).to_list()},
         "scores": {column: score_distribution(ok[column]) for column in [*criteria, "overall"]},

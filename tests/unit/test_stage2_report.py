@@ -38,14 +38,16 @@ def test_directive_validity_and_fallbacks_are_counted_with_intervals_and_no_pair
                                  "rejected_score": pl.Float64, "director_prompt": MESSAGES,
                                  "chosen_directive": pl.String, "rejected_directive": pl.String,
                                  "chosen_fallback": pl.Boolean, "rejected_fallback": pl.Boolean})
-    summary = stage2_summary(RUBRIC, episodes(), judgments, pairs, {"hits": 0, "misses": 12})
+    # Four contexts, two windows of each of two meetings: the intervals resample the meetings.
+    clusters = {"e0": "m0", "e1": "m0", "e2": "m1", "e3": "m1"}
+    summary = stage2_summary(RUBRIC, episodes(), judgments, pairs, {"hits": 0, "misses": 12}, clusters)
     directives = summary["directives"]
     assert directives["turns"] == 12 and directives["fallbacks"] == 1 and directives["attempts"] == {"1": 11, "3": 1}
-    assert directives["valid"]["value"] == 11 / 12 and directives["valid"]["clusters"] == 4
+    assert directives["valid"]["value"] == 11 / 12 and directives["valid"]["clusters"] == 2
     assert directives["valid"]["ci_low"] <= 11 / 12 <= directives["valid"]["ci_high"]
     summary["director_method"] = "grpo"
     text = stage2_markdown(summary)
-    assert "Valid directives (no fallback): 91.7% [" in text and "(n=12 from 4 clusters)" in text
+    assert "Valid directives (no fallback): 91.7% [" in text and "(n=12 from 2 clusters)" in text
     assert "Fallbacks (a seeded random persona, after every attempt failed): 1 of 12" in text
     assert "Trajectory pairs: 0 from 0 of 4 states" in text
 
