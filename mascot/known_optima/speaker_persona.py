@@ -5,13 +5,13 @@ number of distinct entries of its roster `lexicon` the reply uses, minus the num
 entries it uses. The best reply for a persona is in its own words and in no other persona's. The vocabularies
 are the roster's lexicons rather than words planted for the check: the emotional-support lexicons are disjoint
 (`disjoint_lexicons` refuses a roster whose are not), and the tiny LM was warm-started on text that contains
-them, so sampling reaches each persona's words at a base rate GRPO can build on (0.1 to 0.2 entries per reply),
+them, so sampling reaches each persona's words at a base rate GRPO can build on (0.1 to 0.3 entries per 6-token reply),
 where a list of words the model never writes would give GRPO no group with a reward to compare.
 
 The world is Stage 1's, built by Stage 1's own steps: the profile's contexts (`write_contexts`, its held-out
-split), K candidates per (context, persona) query sampled by the tiny LM under the persona's speaker prompt
-(`sample_shard`), judged by the planted judge, pairs by margin (`build_pairs`), and the persona reward model
-trained on the training contexts' pairs (`train_reward_model`). The check then asks, on held-out contexts:
+split), `WORLD_K` short candidates per (context, persona) query sampled by the tiny LM under the persona's speaker
+prompt (`sample_shard`), judged by the planted judge, the pairs of largest margin (`build_pairs`), and the persona
+reward model trained on the training contexts' pairs (`train_reward_model`). The check then asks, on held-out contexts:
 
 - the reward model's held-out pair accuracy is at least `MIN_PAIR_ACCURACY`;
 - persona swap: a held-out reply the planted judge places in its own persona's voice (more of its own entries
@@ -62,6 +62,14 @@ from mascot.train.grpo import policy_backend, train_grpo_policy
 from mascot.train.reward_model import RewardModelScorer, train_reward_model
 
 MIN_PAIR_ACCURACY, MIN_SWAP_ACCURACY = 0.9, 0.8
+# The world's replies are short and many, and each query keeps its pairs of largest margin. The judge reads a few
+# words, and each other token of a reply is noise that a reward model can learn by heart: on 40-token replies (K=8,
+# all pairs) the tiny reward model stayed at chance on held-out pairs, and a linear reader of every token reached 90%.
+# On 6-token replies, K=96 and 24 pairs per query it ranks 94-97% of them (docs/stage1.md). Sampling them is cheap
+# (seconds), and the cap keeps the pairs, and so the reward model's training, as few as K=8 gave.
+REPLY_TOKENS, WORLD_K, PAIRS_PER_QUERY = 6, 96, 24
+# The profile's 1e-4 is a step for a warm-started reward model on many pairs; 1e-3 is check 2's, for a few thousand.
+CHECK_RM_SETTINGS = {"learning_rate": 1e-3}
 # The profile's Speaker settings but for these, as check 1 sets the Director's: a planted optimum shows in 30
 # steps at a larger step than the profile's 5e-4, 4 prompts per step halve the gradient's noise, and a firmer
 # KL anchor than the profile's 0.04 keeps the shuffled control in place.
@@ -136,8 +144,11 @@ class SpeakerWorld:
 
 def build_speaker_world(data: DataConfig, stage1: Stage1Config, generation: BackendConfig, roster: Roster,
                         out: Path, seed: int = 0) -> SpeakerWorld:
-    """contexts -> K candidates per query (the tiny LM under each persona's prompt) -> planted judgments -> pairs,
-    each written under `out` as Stage 1 writes it."""
+    """contexts -> `WORLD_K` candidates of `REPLY_TOKENS` per query (the tiny LM under each persona's prompt) ->
+    planted judgments -> `PAIRS_PER_QUERY` pairs per query, each written under `out` as Stage 1 writes it."""
+    generation = generation.model_copy(update={"params": generation.params.model_copy(
+        update={"max_new_tokens": REPLY_TOKENS})})
+    stage1 = stage1.model_copy(update={"k": WORLD_K, "max_pairs_per_query": PAIRS_PER_QUERY})
     contexts = write_contexts(data, seed, out / "contexts.parquet")
     queries = Queries(contexts=contexts, roster=roster)
     candidates = sample_shard(generation, stage1.k, seed, queries, out / "requests.sqlite", out / "candidates.parquet")
@@ -313,15 +324,15 @@ def _table(table: dict[str, dict[str, float]]) -> str:
 
 def check_reward_model(persona_rm: RewardModelConfig, model: str | Path, **overrides: Any) -> RewardModelConfig:
     """A profile's persona reward model settings (`train.persona_rm`) on `model` (a resolved folder), with
-    `overrides` (fewer epochs for a test, say); no checkpoint is kept."""
-    return persona_rm.model_copy(update={"model": str(model), "save_steps": 10_000, **overrides})
+    `CHECK_RM_SETTINGS` and `overrides` (fewer epochs for a test, say); no checkpoint is kept."""
+    return persona_rm.model_copy(update={"model": str(model), "save_steps": 10_000, **CHECK_RM_SETTINGS, **overrides})
 
 
 def check_speaker(speaker: GRPOPolicyConfig, model: str | Path, steps: int, seed: int = 0) -> GRPOPolicyConfig:
     """A profile's Speaker settings (`train.speaker`) for this check: `CHECK_SETTINGS`, `steps` steps of GRPO on
-    `model` (a resolved folder), no checkpoint before the last step."""
+    `model` (a resolved folder) with replies as long as the world's, no checkpoint before the last step."""
     return speaker.model_copy(update={**CHECK_SETTINGS, "model": str(model), "max_steps": steps,
-                                      "save_steps": steps, "seed": seed})
+                                      "max_completion_length": REPLY_TOKENS, "save_steps": steps, "seed": seed})
 
 
 def check_persona_rm(world: SpeakerWorld, config: RewardModelConfig, out: Path,

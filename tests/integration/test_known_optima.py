@@ -5,10 +5,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
+from mascot.config import RewardModelConfig
 from mascot.known_optima.director_grpo import check_policy, run_director_check
 from mascot.known_optima.speaker_persona import (
+    PersonaRMCheck,
+    SpeakerWorld,
     build_speaker_world,
     check_persona_rm,
     check_reward_model,
@@ -23,7 +28,7 @@ pytestmark = pytest.mark.integration
 
 DIRECTOR_STEPS, DIRECTOR_SAMPLES = 30, 16
 CHAIN_STEPS, CHAIN_SAMPLES = 30, 8
-SPEAKER_STEPS, SPEAKER_SAMPLES, RM_EPOCHS = 20, 8, 1
+SPEAKER_STEPS, SPEAKER_SAMPLES, RM_EPOCHS = 20, 8, 2
 
 
 def test_director_grpo_moves_towards_a_planted_optimum_and_its_controls_do_not(tiny_models, tiny_config, tmp_path):
@@ -64,38 +69,54 @@ def test_stage2_learns_which_persona_fits_a_cue_from_a_planted_group_judge_and_i
         assert check.passed, report
 
 
-# The tiny persona reward model does not learn the planted vocabularies: on the tiny LM's samples it memorises its
-# training pairs (91-100% training accuracy) and stays at chance on held-out ones (47-58%, with K up to 96 candidates
-# per query, learning rates 3e-5 to 3e-3, and a judge that pays own words only; 2026-12-06), where a logistic
-# regression on (persona, lexicon entry) features of the same pairs ranks 97% of them; the words reach the token
-# embeddings but not the last token, where the score is read (probes 74% and 55%); a linear reader of the replies'
-# tokens x persona ranks 90% of the held-out pairs, through a random code as wide as the RM (64) 68%, which the check
-# prints: the RM needs more width and the world more pairs (docs/stage1.md). strict: once
-# a tiny world in which the persona can be learned makes it pass, the mark must go. Only a failed assertion is
-# expected: an error (a timeout building the tiny models, say) still fails.
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 33: the tiny persona RM stays at chance on held-out pairs of the "
-                   "planted persona judge (docs/stage1.md, known-optimum check 3)")
-def test_persona_rm_and_speaker_grpo_learn_a_planted_persona_vocabulary_and_their_controls_do_not(
-        tiny_models, tiny_config, tmp_path):
-    """Check 3: on Stage 1's world judged by a planted persona judge, the persona reward model reaches 90% held-out
-    pair accuracy and wins 80% of persona swaps; the Speaker's GRPO against it moves the held-out persona x
-    vocabulary table towards its diagonal, the sign flip away from it, and shuffled rewards leave it, each with a
-    95% interval over held-out contexts. The reward model is checked first: a Speaker rewarded by a reward model
-    that missed its persona proves nothing."""
+@dataclass(frozen=True)
+class PersonaRM:
+    world: SpeakerWorld
+    config: RewardModelConfig
+    check: PersonaRMCheck
+
+
+@pytest.fixture(scope="module")
+def persona_rm(tiny_models, tiny_config, tmp_path_factory) -> PersonaRM:
+    """Check 3's world, judged by the planted persona judge, and the persona reward model trained on its pairs."""
+    out = tmp_path_factory.mktemp("speaker-world")
     roster = load_roster(tiny_config.data.roster)
     generation = tiny_config.generation.model_copy(update={"model": str(tiny_models.lm)})
-    world = build_speaker_world(tiny_config.data, tiny_config.stage1, generation, roster, tmp_path / "world")
-    reward_model = check_reward_model(tiny_config.train.persona_rm, tiny_models.rm, epochs=RM_EPOCHS)
-    persona_rm = check_persona_rm(world, reward_model, tmp_path / "persona_rm")
-    report = "\n".join(persona_rm.lines())
-    print(report)
-    assert persona_rm.pair_accuracy_passed, report
-    assert persona_rm.swap_passed and persona_rm.swap["accuracy"]["n"] >= 20, report
+    world = build_speaker_world(tiny_config.data, tiny_config.stage1, generation, roster, out / "world")
+    config = check_reward_model(tiny_config.train.persona_rm, tiny_models.rm, epochs=RM_EPOCHS)
+    return PersonaRM(world, config, check_persona_rm(world, config, out / "persona_rm"))
 
-    policy = check_speaker(tiny_config.train.speaker, tiny_models.lm, SPEAKER_STEPS)
-    check = run_speaker_check(world, persona_rm, policy, tmp_path / "speaker", samples_per_prompt=SPEAKER_SAMPLES,
-                              chat_template_kwargs=reward_model.chat_template_kwargs)
+
+def test_the_persona_rm_learns_a_planted_persona_vocabulary_and_reads_the_persona(persona_rm):
+    """Check 3, the reward model: on Stage 1's world judged by a planted persona judge, it ranks 90% of held-out
+    pairs and wins 80% of persona swaps (one reply under its own persona's prompt and under another's)."""
+    check = persona_rm.check
     report = "\n".join(check.lines())
     print(report)
-    assert [arm.arm for arm in check.arms] == ["planted", "flipped", "shuffled"]
-    assert check.passed, report
+    assert check.pair_accuracy_passed, report
+    assert check.swap_passed and check.swap["accuracy"]["n"] >= 20, report
+
+
+# The Speaker's GRPO does not yet move the table on the tiny LM: rewarded by the persona RM above, the planted arm's
+# diagonal minus off-diagonal moved by -0.083 [-0.160, +0.002] after 20 steps, -0.019 after 60 and after 150, and
+# rewarded by the planted judge itself by +0.073 [-0.029, +0.240] after 100 (2026-12-07, docs/stage1.md). strict: once
+# a Speaker that learns its persona makes it pass, the mark must go.
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 33: the tiny Speaker's GRPO does not move the "
+                   "persona x vocabulary table (docs/stage1.md, known-optimum check 3)")
+def test_speaker_grpo_moves_towards_its_personas_vocabulary_and_its_controls_do_not(persona_rm, tiny_models,
+                                                                                      tiny_config, tmp_path):
+    """Check 3, the Speaker: its GRPO against the persona reward model moves the held-out persona x vocabulary table
+    towards its diagonal, the sign flip away from it, and shuffled rewards leave it, each with a 95% interval over
+    held-out contexts. The reward model must have passed: a Speaker rewarded by one that missed its persona proves
+    nothing."""
+    assert persona_rm.check.passed, "\n".join(persona_rm.check.lines())
+    policy = check_speaker(tiny_config.train.speaker, tiny_models.lm, SPEAKER_STEPS)
+    # The planted arm first: where it fails, the controls cannot make the check pass.
+    for arms in (("planted",), ("flipped", "shuffled")):
+        check = run_speaker_check(persona_rm.world, persona_rm.check, policy, tmp_path / "speaker",
+                                  samples_per_prompt=SPEAKER_SAMPLES, arms=arms,
+                                  chat_template_kwargs=persona_rm.config.chat_template_kwargs)
+        report = "\n".join(check.lines())
+        print(report)
+        assert [arm.arm for arm in check.arms] == list(arms)
+        assert check.passed, report
