@@ -71,3 +71,22 @@ def tiny_models(tiny_config):
     with open(SESSION_DIR / "tiny-models.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one worker builds; the others wait for it and find the build
         return build_tiny_models(spec, WORKER_DIR / "mascot-cache", progress=False)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files that need no tiny models run while the first file that needs them builds them.
+
+    Each worker takes whole files in this order (pyproject's addopts). Collected as they are, both workers' first
+    files need the tiny models, and one waits minutes on the build's lock. So: the first integration file that
+    needs them, then the integration files that need none, then the other integration files, and the short unit
+    files last, to even out the end.
+    """
+    files: dict[Path, list] = {}
+    for item in items:
+        files.setdefault(item.path, []).append(item)
+    integration = [path for path in files if "integration" in path.parts]
+    needs_models = [path for path in integration if any("tiny_models" in item.fixturenames for item in files[path])]
+    first = needs_models[:1]
+    order = [*first, *(path for path in integration if path not in needs_models), *needs_models[1:],
+             *(path for path in files if path not in integration)]
+    items[:] = [item for path in order for item in files[path]]
