@@ -70,10 +70,13 @@ MIN_PAIR_ACCURACY, MIN_SWAP_ACCURACY = 0.9, 0.8
 REPLY_TOKENS, WORLD_K, PAIRS_PER_QUERY = 6, 96, 24
 # The profile's 1e-4 is a step for a warm-started reward model on many pairs; 1e-3 is check 2's, for a few thousand.
 CHECK_RM_SETTINGS = {"learning_rate": 1e-3}
-# The profile's Speaker settings but for these, as check 1 sets the Director's: a planted optimum shows in 30
-# steps at a larger step than the profile's 5e-4, 4 prompts per step halve the gradient's noise, and a firmer
-# KL anchor than the profile's 0.04 keeps the shuffled control in place.
-CHECK_SETTINGS = {"learning_rate": 3e-3, "beta": 0.1, "batch_size": 16, "num_generations": 4}
+# The profile's Speaker settings but for these, as check 1 sets the Director's: a larger step than the profile's
+# 5e-4, and a firmer KL anchor than its 0.04, which keeps the shuffled control in place. A persona's words are a
+# choice conditioned on the prompt, which LoRA on the attention alone learned too slowly (docs/stage1.md): LoRA on
+# every linear layer, and 8 completions per prompt (32 per step), so that a group holds a reply in the persona's
+# words more often, against the reward model's spread within the judge's classes.
+CHECK_SETTINGS = {"learning_rate": 3e-3, "beta": 0.1, "batch_size": 32, "num_generations": 8}
+LORA_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 ARMS = ("planted", "flipped", "shuffled")
 CRITERION = "persona_vocabulary"
 PLANTED_RUBRIC = Rubric(
@@ -329,9 +332,10 @@ def check_reward_model(persona_rm: RewardModelConfig, model: str | Path, **overr
 
 
 def check_speaker(speaker: GRPOPolicyConfig, model: str | Path, steps: int, seed: int = 0) -> GRPOPolicyConfig:
-    """A profile's Speaker settings (`train.speaker`) for this check: `CHECK_SETTINGS`, `steps` steps of GRPO on
-    `model` (a resolved folder) with replies as long as the world's, no checkpoint before the last step."""
+    """A profile's Speaker settings (`train.speaker`) for this check: `CHECK_SETTINGS`, `LORA_MODULES`, `steps` steps
+    of GRPO on `model` (a resolved folder) with replies as long as the world's, no checkpoint before the last step."""
     return speaker.model_copy(update={**CHECK_SETTINGS, "model": str(model), "max_steps": steps,
+                                      "lora": speaker.lora.model_copy(update={"target_modules": LORA_MODULES}),
                                       "max_completion_length": REPLY_TOKENS, "save_steps": steps, "seed": seed})
 
 
@@ -381,7 +385,7 @@ def run_speaker_check(world: SpeakerWorld, persona_rm: PersonaRMCheck, policy: G
     check = SpeakerCheck(vocabulary_table(base), settings={
         "steps": policy.max_steps, "learning_rate": policy.learning_rate, "batch_size": policy.batch_size,
         "num_generations": policy.num_generations, "beta": policy.beta, "samples_per_prompt": samples_per_prompt,
-        "held_out_prompts": len(held_out), "seed": seed})
+        "lora_modules": policy.lora.target_modules, "held_out_prompts": len(held_out), "seed": seed})
     prompts = speaker_prompts(world.queries.held_out(False))
     before = diagonal_minus_off_diagonal(base)
     contexts = sorted(before)

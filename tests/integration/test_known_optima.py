@@ -97,11 +97,11 @@ def test_the_persona_rm_learns_a_planted_persona_vocabulary_and_reads_the_person
     assert check.swap_passed and check.swap["accuracy"]["n"] >= 20, report
 
 
-# The Speaker's GRPO does not yet move the table on the tiny LM: rewarded by the persona RM above, the planted arm's
-# diagonal minus off-diagonal moved by -0.083 [-0.160, +0.002] after 20 steps, -0.019 after 60 and after 150, and
-# rewarded by the planted judge itself by +0.073 [-0.029, +0.240] after 100 (2026-12-07, docs/stage1.md). strict: once
-# a Speaker that learns its persona makes it pass, the mark must go.
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 33: the tiny Speaker's GRPO does not move the "
+# At the CI budget the Speaker's GRPO does not yet move the table: rewarded by the persona RM above, with the check's
+# settings, the planted arm's diagonal minus off-diagonal moved by +0.023 [-0.096, +0.125] after 20 steps (2026-12-07);
+# benchmarks/learning.py's 60 steps move it (docs/stage1.md). strict: once the check passes at this budget, the mark
+# must go.
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 33: at 20 steps the tiny Speaker's GRPO does not move the "
                    "persona x vocabulary table (docs/stage1.md, known-optimum check 3)")
 def test_speaker_grpo_moves_towards_its_personas_vocabulary_and_its_controls_do_not(persona_rm, tiny_models,
                                                                                       tiny_config, tmp_path):
