@@ -1,8 +1,8 @@
 """What a Stage 2 run reports: episodes, directive validity and fallbacks, group scores and pairs, the
 group reward model, the Director's training, and the Director before and after on held-out states.
 
-Every figure carries its n and an interval; shares whose items cluster (turns of one episode,
-pairs of one context, samples of one state) get a bootstrap interval over the clusters.
+Every figure carries its n and an interval; shares whose items cluster (the turns of one context's
+episodes, or of one meeting's windows; pairs of one context) get a bootstrap interval over the clusters.
 `write_report` writes summary.json and report.md and logs to the active wandb run.
 """
 
@@ -55,9 +55,9 @@ def directive_counts(episodes: pl.DataFrame, clusters: Mapping[str, str]) -> dic
     turns = episodes.filter(pl.col("role") == "companion")
     valid = (~turns["fallback"]).cast(pl.Float64).to_list()
     first = ((turns["directive_attempts"] == 1) & ~turns["fallback"]).cast(pl.Float64).to_list()
-    clusters = [clusters[context] for context in turns["context_id"]]
+    units = [clusters[context] for context in turns["context_id"]]
     return {"turns": turns.height, "fallbacks": int(turns["fallback"].sum()),
-            "valid": clustered_mean(valid, clusters), "valid_first_attempt": clustered_mean(first, clusters),
+            "valid": clustered_mean(valid, units), "valid_first_attempt": clustered_mean(first, units),
             "attempts": dict(sorted((str(k), v) for k, v in turns.group_by("directive_attempts").len().iter_rows())),
             "speakers": dict(sorted(turns.group_by("speaker").len().iter_rows()))}
 
