@@ -149,11 +149,12 @@ def director_metrics(samples: pl.DataFrame, compare: BeforeAfterConfig, seed: in
                                                      cluster_ids(rows["state_id"], clusters), compare.confidence,
                                                      compare.bootstrap_resamples, seed)
         metrics["fallbacks"][policy] = int((~rows["valid"]).sum())
-    metrics["signal"] = reward_signal(samples, compare.confidence, compare.bootstrap_resamples, seed)
+    metrics["signal"] = reward_signal(samples, compare.confidence, compare.bootstrap_resamples, seed, clusters)
     return metrics
 
 
-def reward_signal(samples: pl.DataFrame, confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> dict:
+def reward_signal(samples: pl.DataFrame, confidence: float = 0.95, resamples: int = 2000, seed: int = 0,
+                  clusters: Mapping[str, str] | None = None) -> dict:
     """How much of the group reward model's score a Director can change, from a directive × draw layout.
 
     Only distinct valid directives count: an invalid one is the fallback's, not the Director's, and two
@@ -164,9 +165,9 @@ def reward_signal(samples: pl.DataFrame, confidence: float = 0.95, resamples: in
     `unshared_sd`: the part of that noise that does not cancel between directives (the directive ×
     draw interaction). `directive_sd`: the spread between the directives of one state beyond what the
     unshared noise adds to a mean of `rollouts` rollouts, pooled over states; it is the part a directive
-    decides, with a percentile bootstrap interval that resamples contexts (`directive_sd_ci`; a context's
-    states share its conversation), whose upper end bounds it where the estimate is 0. Null with fewer than
-    2 rollouts.
+    decides, with a percentile bootstrap interval that resamples the contexts' clusters (`directive_sd_ci`;
+    `cluster_ids`: a context's states share its conversation, a meeting's windows their meeting), whose upper
+    end bounds it where the estimate is 0; null from one cluster. Null with fewer than 2 rollouts.
     """
     samples = samples.filter(pl.col("valid")).unique(["state_id", "text"], keep="first", maintain_order=True)
     rollouts = samples["group_rm_rollouts"].list.len().min() or 0
@@ -177,7 +178,7 @@ def reward_signal(samples: pl.DataFrame, confidence: float = 0.95, resamples: in
     signal["rollout_sd"] = samples["group_rm_rollouts"].list.head(rollouts).list.var().mean() ** 0.5
     # Per state with 2 or more directives: the variance of its directives' means, and the interaction's sum of
     # squares with its degrees of freedom.
-    terms, contexts = [], []
+    terms, states = [], []
     for (state_id,), state in samples.group_by("state_id", maintain_order=True):
         scores = np.array(state["group_rm_rollouts"].list.head(rollouts).to_list())  # directives × draws
         if len(scores) < 2:
@@ -185,11 +186,12 @@ def reward_signal(samples: pl.DataFrame, confidence: float = 0.95, resamples: in
         means = scores.mean(axis=1)
         interaction = scores - means[:, None] - scores.mean(axis=0)[None, :] + scores.mean()
         terms.append((means.var(ddof=1), float((interaction ** 2).sum()), (len(scores) - 1) * (rollouts - 1)))
-        contexts.append(state_id.rsplit("|", 1)[0])
+        states.append(state_id)
     if not terms:
         return signal
     table = np.array(terms)
-    clusters = [np.flatnonzero(np.array(contexts) == c) for c in dict.fromkeys(contexts)]
+    units = np.array(cluster_ids(pl.Series(states), clusters))
+    members = [np.flatnonzero(units == unit) for unit in dict.fromkeys(units)]
 
     def directive_sd(rows: np.ndarray) -> float:
         noise = rows[:, 1].sum() / rows[:, 2].sum()
@@ -197,8 +199,10 @@ def reward_signal(samples: pl.DataFrame, confidence: float = 0.95, resamples: in
 
     signal["unshared_sd"] = float(table[:, 1].sum() / table[:, 2].sum()) ** 0.5
     signal["directive_sd"] = directive_sd(table)
+    if len(members) < 2:
+        return signal
     rng = np.random.default_rng(seed)
-    draws = [directive_sd(table[np.concatenate([clusters[i] for i in rng.integers(0, len(clusters), len(clusters))])])
+    draws = [directive_sd(table[np.concatenate([members[i] for i in rng.integers(0, len(members), len(members))])])
              for _ in range(resamples)]
     tail = (1 - confidence) / 2
     signal["directive_sd_ci"] = [float(np.quantile(draws, tail)), float(np.quantile(draws, 1 - tail))]

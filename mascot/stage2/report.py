@@ -181,21 +181,25 @@ def director_eval_markdown(metrics: dict[str, Any]) -> list[str]:
               (f"Directive validity (first directive): base {clustered_interval(validity['base'])}, trained "
               f"{clustered_interval(validity['director'])} (bootstrap over clusters); fallbacks: base "
               f"{fallbacks['base']}, trained {fallbacks['director']}.")]
-    signal = metrics["signal"]
-    if signal["rollout_sd"] is not None and signal["directive_sd"] is None:
-        lines += ["", (f"Reward signal: the group reward model's score of one directive's rollouts varies by sd "
-                       f"{signal['rollout_sd']:.3f}; no held-out state has two distinct valid directives, so the "
-                       f"spread between directives, which is what a Director can change, is undefined "
-                       f"({signal['directives']} distinct valid directives of {signal['states']} states).")]
-    if signal["rollout_sd"] is not None and signal["directive_sd"] is not None:
-        low, high = signal["directive_sd_ci"]
-        lines += ["", (f"Reward signal: the group reward model's score of one directive's rollouts varies by sd "
-                       f"{signal['rollout_sd']:.3f} (the sampling of the rest of the trajectory), of which sd "
-                       f"{signal['unshared_sd']:.3f} does not cancel between the directives of a state (their rollouts "
-                       f"share seeds); the distinct valid directives of one state differ by sd "
-                       f"{signal['directive_sd']:.3f} [{low:.3f}, {high:.3f}] beyond that noise (bootstrap over "
-                       f"contexts; the upper end bounds it), which is what a Director can change "
-                       f"({signal['directives']} directives of {signal['states']} states, {signal['rollouts']} "
-                       f"rollouts each).")]
-    return lines
+    return [*lines, *reward_signal_lines(metrics["signal"])]
+
+
+def reward_signal_lines(signal: dict) -> list[str]:
+    """The report's lines on the reward signal (`director_eval.reward_signal`), where there are rollouts to split."""
+    if signal["rollout_sd"] is None:
+        return []
+    if signal["directive_sd"] is None:
+        return ["", (f"Reward signal: the group reward model's score of one directive's rollouts varies by sd "
+                     f"{signal['rollout_sd']:.3f}; no held-out state has two distinct valid directives, so the "
+                     f"spread between directives, which is what a Director can change, is undefined "
+                     f"({signal['directives']} distinct valid directives of {signal['states']} states).")]
+    interval = ("[no interval: one cluster]" if signal["directive_sd_ci"] is None
+                else "[{:.3f}, {:.3f}]".format(*signal["directive_sd_ci"]))
+    return ["", (f"Reward signal: the group reward model's score of one directive's rollouts varies by sd "
+                 f"{signal['rollout_sd']:.3f} (the sampling of the rest of the trajectory), of which sd "
+                 f"{signal['unshared_sd']:.3f} does not cancel between the directives of a state (their rollouts "
+                 f"share seeds); the distinct valid directives of one state differ by sd "
+                 f"{signal['directive_sd']:.3f} {interval} beyond that noise (bootstrap over clusters; the upper "
+                 f"end bounds it), which is what a Director can change ({signal['directives']} directives of "
+                 f"{signal['states']} states, {signal['rollouts']} rollouts each).")]
 

@@ -10,7 +10,7 @@ from mascot.config import BeforeAfterConfig
 from mascot.rubrics import load_rubric
 from mascot.stage2.branching import EPISODE_SCHEMA
 from mascot.stage2.director_eval import director_metrics, reward_signal
-from mascot.stage2.report import director_eval_markdown, stage2_markdown, stage2_summary
+from mascot.stage2.report import director_eval_markdown, reward_signal_lines, stage2_markdown, stage2_summary
 from mascot.stage2.trajectories import MESSAGES
 
 RUBRIC = load_rubric(REPO / "configs" / "rubrics" / "group_emotional_support.yaml")
@@ -127,6 +127,14 @@ def test_the_reward_signals_spread_counts_distinct_valid_directives_and_has_an_i
     signal = reward_signal(flat, resamples=200)
     low, high = signal["directive_sd_ci"]
     assert low == 0.0 < signal["directive_sd"] <= high
+    # Windows of one meeting are one unit: the six contexts as two meetings give another interval, and as one
+    # meeting none.
+    meetings = {f"c{context}": f"m{context % 2}" for context in range(6)}
+    assert reward_signal(flat, resamples=200, clusters=meetings)["directive_sd_ci"] != signal["directive_sd_ci"]
+    alone = reward_signal(flat, resamples=200, clusters=dict.fromkeys(meetings, "m0"))
+    assert alone["directive_sd"] == signal["directive_sd"] and alone["directive_sd_ci"] is None
+    assert f"differ by sd {alone['directive_sd']:.3f} [no interval: one cluster]" in reward_signal_lines(alone)[1]
+    assert f"[{low:.3f}, {high:.3f}] beyond that noise (bootstrap over clusters" in reward_signal_lines(signal)[1]
     # One distinct valid directive per state: the spread between directives is undefined, and the report says so.
     single = reward_signal(samples.filter(pl.col("text") == "a"), resamples=200)
     assert single["rollout_sd"] is not None and single["directive_sd"] is None
