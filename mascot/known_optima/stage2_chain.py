@@ -133,6 +133,10 @@ class ChainArm:
     group_rm_difference: dict  # the Stage 2 report's Director gain: metrics.json scores.group_rm.difference
     choices: dict[str, dict[str, float]]  # cue class -> persona -> the trained Director's share of held-out samples
     base_choices: dict[str, dict[str, float]]  # the same for the base Director
+    # policy ("base", "director") -> its share of valid held-out directives, and the fitting share among them: the
+    # Director's own choice, apart from the fallback's random persona, which the fitting share above also counts
+    validity: dict[str, float]
+    valid_fit: dict[str, float | None]
     seconds: float = 0.0
 
     @property
@@ -170,8 +174,14 @@ class ChainCheck:
                        f"{d['ci_high']:+.3f}] over {d['n']} held-out states; group RM gain {g['mean']:+.3f} "
                        f"[{g['ci_low']:+.3f}, {g['ci_high']:+.3f}]; expected to {arm.expected}: "
                        f"{'pass' if arm.passed else 'FAIL'} ({arm.seconds:.0f} s)")
+            out.append(f"            valid directives {arm.validity['base']:.2f} -> {arm.validity['director']:.2f}, "
+                       f"fitting among them {_rate(arm.valid_fit['base'])} -> {_rate(arm.valid_fit['director'])}")
             out.append(f"            choices by cue, base: {_choices(arm.base_choices)}; trained: {_choices(arm.choices)}")
         return out
+
+
+def _rate(share: float | None) -> str:
+    return "none valid" if share is None else f"{share:.3f}"
 
 
 def _choices(choices: dict[str, dict[str, float]]) -> str:
@@ -242,9 +252,13 @@ def _measure(arm: str, group_rm: Artifact, compared: Artifact, contexts: list[Co
                         for (cue,), rows in sorted(samples.filter(pl.col("policy") == policy).group_by("cue"),
                                                    key=lambda item: item[0])}
                for policy in ("base", "director")}
+    by_policy = samples.group_by("policy").agg(pl.col("valid").mean(), pl.col("fits").filter(pl.col("valid")).mean())
+    validity = dict(zip(by_policy["policy"], by_policy["valid"], strict=True))
+    valid_fit = dict(zip(by_policy["policy"], by_policy["fits"], strict=True))
     metrics = json.loads((compared.path / "metrics.json").read_text())
     rm = json.loads((group_rm.path / "metrics.json").read_text())
     return ChainArm(arm, EXPECTED[arm], rm["held_out"]["accuracy"]["value"], sum(before) / len(before),
                     sum(after) / len(after), paired_difference(before, after, evaluation.confidence,
                                                                evaluation.bootstrap_resamples, seed),
-                    metrics["scores"]["group_rm"]["difference"], choices["director"], choices["base"], seconds)
+                    metrics["scores"]["group_rm"]["difference"], choices["director"], choices["base"], validity,
+                    valid_fit, seconds)

@@ -148,3 +148,34 @@ def test_the_linear_reference_reads_which_persona_owns_a_token_and_loses_it_thro
     train, held_out = pairs(200), pairs(100)
     assert linear_reference(train, held_out, tokenize, 200) >= 0.95
     assert linear_reference(train, held_out, tokenize, 200, width=1) <= 0.75
+
+
+def test_check_2_reports_the_fitting_share_among_the_directors_own_valid_directives(tmp_path):
+    """An invalid directive is played by the fallback's random persona: the fitting share counts it, the fitting share
+    among valid directives does not, so the report tells a Director that chose better from one that failed less."""
+    import polars as pl
+
+    from mascot.artifacts import Artifact
+    from mascot.config import DirectorEvalConfig
+    from mascot.known_optima.stage2_chain import ChainCheck, _measure, cue_contexts
+
+    contexts, held_out = cue_contexts()
+    listen = next(c for c in contexts if c.id in held_out and c.metadata["cue"] == "listen")
+    state = f"{listen.id}|0"
+    # base: 2 valid (1 fits), 2 fallbacks that happen to fit; trained: 4 valid, 2 fit
+    rows = [("base", True, "anchor"), ("base", True, "beacon"), ("base", False, "anchor"), ("base", False, "anchor"),
+            ("director", True, "anchor"), ("director", True, "anchor"), ("director", True, "beacon"),
+            ("director", True, "catalyst")]
+    compared, group_rm = tmp_path / "compared", tmp_path / "group_rm"
+    compared.mkdir(), group_rm.mkdir()
+    pl.DataFrame({"state_id": [state] * len(rows), "policy": [r[0] for r in rows], "valid": [r[1] for r in rows],
+                  "next_speaker": [r[2] for r in rows]}).write_parquet(compared / "samples.parquet")
+    gain = {"mean": 0.0, "ci_low": -0.1, "ci_high": 0.1, "n": 1}
+    (compared / "metrics.json").write_text(json.dumps({"scores": {"group_rm": {"difference": gain}}}))
+    (group_rm / "metrics.json").write_text(json.dumps({"held_out": {"accuracy": {"value": 0.95}}}))
+    arm = _measure("planted", Artifact(path=group_rm, sha256=""), Artifact(path=compared, sha256=""), contexts,
+                   DirectorEvalConfig(), 0, 1.0)
+    assert (arm.fit_before, arm.fit_after) == (0.75, 0.5)
+    assert arm.validity == {"base": 0.5, "director": 1.0}
+    assert arm.valid_fit == {"base": 0.5, "director": 0.5}
+    assert "valid directives 0.50 -> 1.00, fitting among them 0.500 -> 0.500" in "\n".join(ChainCheck(arms=[arm]).lines())
