@@ -18,9 +18,12 @@ then the arms. `--samples` is the replies per held-out prompt; the reward model 
 `--builds N` runs no check: it builds the profile's tiny models from seeds 0 to N-1 (`tiny.seed`) and runs the
 profile's whole pipeline on each build, as `make demo` does, under the run name `<run>-build<seed>`. For each
 build it prints the three learning figures with their intervals: the Speaker's held-out gain on the persona
-reward model (interval over contexts), the GRPO Director's held-out gain on the group reward model (over
-held-out states) and the evaluation's primary endpoint (by default MASCOT against the untrained multi-agent
-group). A figure survives a rebuild when its interval stays above 0 in every build.
+reward model, the GRPO Director's held-out gain on the group reward model (each over the held-out contexts'
+clusters) and the evaluation's primary endpoint (by default MASCOT against the untrained multi-agent
+group). A figure survives a rebuild when its interval stays above 0 in every build. A second table gives each
+build's links of the chain (`chain_links`), with "flat" where the interval reaches chance: the persona reward
+model's held-out pair accuracy and persona swap, the group reward model's held-out pair accuracy, the reward's
+spread between a state's directives, and the base and trained Directors' valid directives.
 """
 
 from __future__ import annotations
@@ -145,7 +148,42 @@ def run_builds(profile_path: Path, builds: int) -> int:
                         for key in ("speaker", "director"))
     print("the Speaker's and the Director's gains " + ("have their intervals above 0 in every build" if survived
                                                         else "do NOT have their intervals above 0 in every build"))
+    print(f"\nthe links of the chain per build (95% interval; flat: it reaches chance)\n{'build':<6} "
+          + " ".join(f"{name:<28}" for name in LINKS))
+    for seed, _, _ in rows:
+        links = chain_links(profile.run.output_dir / f"{profile.run.name}-build{seed}")
+        print(f"{seed:<6} " + " ".join(f"{links[name]:<28}" for name in LINKS))
     return 0 if survived else 1
+
+
+LINKS = ("persona RM pairs", "persona swap", "group RM pairs", "directive spread (sd)", "valid: base -> trained")
+
+
+def chain_links(run_dir: Path) -> dict[str, str]:
+    """Where a build's learning can go flat, read from its run directory: each reward model's held-out pair
+    accuracy, the persona reward model's persona swap (does it read the persona at all?), the spread of the group
+    reward model's score between a state's distinct valid directives (is there a choice to learn?), and how many of
+    the Directors' first directives were valid. An accuracy is flat where its interval reaches 0.5, the spread
+    where its interval reaches 0."""
+    def read(*parts: str) -> dict:
+        return json.loads(run_dir.joinpath(*parts).read_text())
+
+    persona_rm, group_rm = read("stage1", "persona_rm", "metrics.json"), read("stage2", "group_rm", "metrics.json")
+    director = read("stage2", "director_eval", "metrics.json")
+    signal, validity = director["signal"], director["validity"]
+    spread = signal.get("directive_sd_ci")
+    return {"persona RM pairs": _accuracy(persona_rm["held_out"]["accuracy"]),
+            "persona swap": _accuracy(persona_rm["held_out"]["persona_swap"]["accuracy"]),
+            "group RM pairs": _accuracy(group_rm["held_out"]["accuracy"]),
+            "directive spread (sd)": f"{signal['directive_sd']:.3f} " + (
+                f"[{spread[0]:.3f}, {spread[1]:.3f}]" + (" flat" if spread[0] <= 0 else "") if spread
+                else "[no interval]"),
+            "valid: base -> trained": f"{validity['base']['value']:.1%} -> {validity['director']['value']:.1%}"}
+
+
+def _accuracy(accuracy: dict) -> str:
+    flat = " flat" if accuracy["ci_low"] <= 0.5 <= accuracy["ci_high"] else ""
+    return f"{accuracy['value']:.1%} [{accuracy['ci_low']:.1%}, {accuracy['ci_high']:.1%}]{flat}"
 
 
 def learning_figures(run_dir: Path) -> dict[str, dict | None]:

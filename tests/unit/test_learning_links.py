@@ -1,0 +1,46 @@
+"""`benchmarks/learning.py --builds` says which link of the chain was flat in a build, from its run directory."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _learning():
+    spec = importlib.util.spec_from_file_location("benchmark_learning", REPO / "benchmarks" / "learning.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _write(run: Path, parts: tuple[str, ...], document: dict) -> None:
+    path = run.joinpath(*parts)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document))
+
+
+def accuracy(value: float, low: float, high: float) -> dict:
+    return {"value": value, "ci_low": low, "ci_high": high}
+
+
+def test_a_link_is_flat_where_its_interval_reaches_chance(tmp_path):
+    _write(tmp_path, ("stage1", "persona_rm", "metrics.json"), {"held_out": {
+        "accuracy": accuracy(0.739, 0.694, 0.779), "persona_swap": {"accuracy": accuracy(0.5, 0.443, 0.557)}}})
+    _write(tmp_path, ("stage2", "group_rm", "metrics.json"), {"held_out": {"accuracy": accuracy(0.95, 0.92, 0.97)}})
+    _write(tmp_path, ("stage2", "director_eval", "metrics.json"), {
+        "signal": {"directive_sd": 0.235, "directive_sd_ci": [0.0, 0.333]},
+        "validity": {"base": {"value": 0.925}, "director": {"value": 0.95}}})
+    links = _learning().chain_links(tmp_path)
+    assert links["persona RM pairs"] == "73.9% [69.4%, 77.9%]"
+    assert links["persona swap"] == "50.0% [44.3%, 55.7%] flat"
+    assert links["group RM pairs"] == "95.0% [92.0%, 97.0%]"
+    assert links["directive spread (sd)"] == "0.235 [0.000, 0.333] flat"
+    assert links["valid: base -> trained"] == "92.5% -> 95.0%"
+
+    _write(tmp_path, ("stage2", "director_eval", "metrics.json"), {
+        "signal": {"directive_sd": 0.3, "directive_sd_ci": [0.1, 0.4]},
+        "validity": {"base": {"value": 0.9}, "director": {"value": 0.9}}})
+    assert _learning().chain_links(tmp_path)["directive spread (sd)"] == "0.300 [0.100, 0.400]"
