@@ -170,15 +170,20 @@ def chain_links(run_dir: Path) -> dict[str, str]:
 
     persona_rm, group_rm = read("stage1", "persona_rm", "metrics.json"), read("stage2", "group_rm", "metrics.json")
     director = read("stage2", "director_eval", "metrics.json")
-    signal, validity = director["signal"], director["validity"]
-    spread = signal.get("directive_sd_ci")
+    validity = director["validity"]
     return {"persona RM pairs": _accuracy(persona_rm["held_out"]["accuracy"]),
             "persona swap": _accuracy(persona_rm["held_out"]["persona_swap"]["accuracy"]),
             "group RM pairs": _accuracy(group_rm["held_out"]["accuracy"]),
-            "directive spread (sd)": f"{signal['directive_sd']:.3f} " + (
-                f"[{spread[0]:.3f}, {spread[1]:.3f}]" + (" flat" if spread[0] <= 0 else "") if spread
-                else "[no interval]"),
+            "directive spread (sd)": _spread(director["signal"]),
             "valid: base -> trained": f"{validity['base']['value']:.1%} -> {validity['director']['value']:.1%}"}
+
+
+def _spread(signal: dict) -> str:
+    interval = signal.get("directive_sd_ci")
+    if not interval:
+        return f"{signal['directive_sd']:.3f} [no interval]"
+    flat = " flat" if interval[0] <= 0 else ""
+    return f"{signal['directive_sd']:.3f} [{interval[0]:.3f}, {interval[1]:.3f}]{flat}"
 
 
 def _accuracy(accuracy: dict) -> str:
