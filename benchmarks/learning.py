@@ -180,6 +180,8 @@ def chain_links(run_dir: Path) -> dict[str, str]:
 
 def _spread(signal: dict) -> str:
     interval = signal.get("directive_sd_ci")
+    if signal.get("directive_sd") is None:
+        return "none (needs 2 rollouts and a state with 2 valid directives)"
     if not interval:
         return f"{signal['directive_sd']:.3f} [no interval]"
     flat = " flat" if interval[0] <= 0 else ""

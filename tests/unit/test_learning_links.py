@@ -44,3 +44,8 @@ def test_a_link_is_flat_where_its_interval_reaches_chance(tmp_path):
         "signal": {"directive_sd": 0.3, "directive_sd_ci": [0.1, 0.4]},
         "validity": {"base": {"value": 0.9}, "director": {"value": 0.9}}})
     assert _learning().chain_links(tmp_path)["directive spread (sd)"] == "0.300 [0.100, 0.400]"
+
+    _write(tmp_path, ("stage2", "director_eval", "metrics.json"), {
+        "signal": {"directive_sd": None, "directive_sd_ci": None},
+        "validity": {"base": {"value": 0.1}, "director": {"value": 0.1}}})
+    assert _learning().chain_links(tmp_path)["directive spread (sd)"] == "none (needs 2 rollouts and a state with 2 valid directives)"
