@@ -3,13 +3,13 @@ the paper profile's Director row of `mascot plan` that its Director memory part 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from benchmark_scripts import load_benchmark
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,9 +38,7 @@ def test_without_a_gpu_it_says_what_it_needs_and_exits_2_before_building_anythin
 
 
 def test_the_director_memory_part_compares_with_the_paper_profiles_director_row_of_mascot_plan():
-    spec = importlib.util.spec_from_file_location("gpu_smoke", REPO / "benchmarks" / "gpu_smoke.py")
-    gpu_smoke = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_smoke)
+    gpu_smoke = load_benchmark("gpu_smoke")
 
     policy, row = gpu_smoke.planned_director(REPO / "configs" / "paper.yaml", 80e9)
 

@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _learning():
-    spec = importlib.util.spec_from_file_location("benchmark_learning", REPO / "benchmarks" / "learning.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from benchmark_scripts import load_benchmark
 
 
 def _write(run: Path, parts: tuple[str, ...], document: dict) -> None:
@@ -33,7 +25,7 @@ def test_a_link_is_flat_where_its_interval_reaches_chance(tmp_path):
     _write(tmp_path, ("stage2", "director_eval", "metrics.json"), {
         "signal": {"directive_sd": 0.235, "directive_sd_ci": [0.0, 0.333]},
         "validity": {"base": {"value": 0.925}, "director": {"value": 0.95}}})
-    links = _learning().chain_links(tmp_path)
+    links = load_benchmark("learning").chain_links(tmp_path)
     assert links["persona RM pairs"] == "73.9% [69.4%, 77.9%]"
     assert links["persona swap"] == "50.0% [44.3%, 55.7%] flat"
     assert links["group RM pairs"] == "95.0% [92.0%, 97.0%]"
@@ -43,9 +35,9 @@ def test_a_link_is_flat_where_its_interval_reaches_chance(tmp_path):
     _write(tmp_path, ("stage2", "director_eval", "metrics.json"), {
         "signal": {"directive_sd": 0.3, "directive_sd_ci": [0.1, 0.4]},
         "validity": {"base": {"value": 0.9}, "director": {"value": 0.9}}})
-    assert _learning().chain_links(tmp_path)["directive spread (sd)"] == "0.300 [0.100, 0.400]"
+    assert load_benchmark("learning").chain_links(tmp_path)["directive spread (sd)"] == "0.300 [0.100, 0.400]"
 
     _write(tmp_path, ("stage2", "director_eval", "metrics.json"), {
         "signal": {"directive_sd": None, "directive_sd_ci": None},
         "validity": {"base": {"value": 0.1}, "director": {"value": 0.1}}})
-    assert _learning().chain_links(tmp_path)["directive spread (sd)"] == "none (needs 2 rollouts and a state with 2 valid directives)"
+    assert load_benchmark("learning").chain_links(tmp_path)["directive spread (sd)"] == "none (needs 2 rollouts and a state with 2 valid directives)"

@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from itertools import combinations
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
+from benchmark_scripts import load_benchmark
 
 from mascot.stage1.pairs import PAIR_SCHEMA, build_preference_pairs, pairs_summary
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _load_benchmark():
-    # benchmarks/ is a folder of scripts, not a package; its reference_pairs is the oracle here.
-    spec = importlib.util.spec_from_file_location("benchmark_pairs", REPO / "benchmarks" / "pairs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-benchmark = _load_benchmark()
+benchmark = load_benchmark("pairs")  # its reference_pairs is the oracle here
 
 UNSCORED = object()  # marks a candidate whose judging failed: no row in `scores`
 
