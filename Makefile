@@ -27,8 +27,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-# Every benchmark, one after another, each printing its figures and ratios (about 15 minutes on 2 cores; see
-# benchmarks/README.md). chat.py talks to the demo's trained group, so the demo runs first if it has not.
+# Every benchmark, one after another, each printing its figures and ratios (on 2 cores about 15 minutes, and about
+# 30 more for learning.py and director_credit.py, which train tiny models; see benchmarks/README.md). chat.py talks
+# to the demo's trained group, so the demo runs first if it has not.
 # gpu_smoke.py needs a CUDA GPU: elsewhere it says so, and the rest go on.
 bench: $(STAMP) runs/tiny/eval/summary.json
 	$(BIN)/python benchmarks/pairs.py
@@ -38,6 +39,7 @@ bench: $(STAMP) runs/tiny/eval/summary.json
 	$(BIN)/python benchmarks/chat.py runs/tiny
 	$(BIN)/python benchmarks/safety.py
 	$(BIN)/python benchmarks/learning.py
+	$(BIN)/python benchmarks/director_credit.py
 	$(BIN)/python benchmarks/limits.py
 	-$(BIN)/python benchmarks/gpu_smoke.py
 
