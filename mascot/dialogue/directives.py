@@ -13,7 +13,7 @@ Every fallback is flagged on its result, so episodes count and report them; none
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pydantic import ValidationError
 
@@ -111,10 +111,11 @@ def fallback_reply(roster: Roster, turns: list[Turn], seed: int | None, attempts
     return DirectorReply(directive, seed, attempts=attempts, fallback=True, error=error)
 
 
-def read_reply(text: str, roster: Roster, turns: list[Turn], seed: int | None) -> DirectorReply:
-    """One sampled reply as written, without a retry: its directive, or the flagged fallback. GRPO and the
-    before/after comparison score a policy's samples this way."""
+def read_reply(text: str, roster: Roster, turns: list[Turn], fallback_seed: int | None) -> DirectorReply:
+    """One sampled reply as written, without a retry: its directive, or the flagged fallback drawn with
+    `fallback_seed`. GRPO and the before/after comparison score a policy's samples this way; a given sample has
+    no request seed."""
     try:
-        return DirectorReply(parse_directive(text, roster), seed, attempts=1, fallback=False)
+        return DirectorReply(parse_directive(text, roster), None, attempts=1, fallback=False)
     except ReplyError as exc:
-        return fallback_reply(roster, turns, seed, 1, str(exc))
+        return replace(fallback_reply(roster, turns, fallback_seed, 1, str(exc)), seed=None)

@@ -31,6 +31,7 @@ Each method's adapter has its own folder (`DIRECTORS`), so a run that trained bo
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -74,6 +75,13 @@ def sampled_validity(trajectory: list[Turn]) -> float:
     return 0.0 if trajectory[0].fallback else 1.0
 
 
+def fallback_seed(text: str, draw: int) -> int:
+    """The seed of an invalid sampled directive's fallback in a rollout: its own text's and draw's. Drawn from the
+    state alone, every invalid directive of a state met the same persona, so being invalid was an action whose
+    payoff depended on the state, which GRPO could learn state by state (docs/stage2.md, known-optimum check 2)."""
+    return int.from_bytes(hashlib.sha256(f"{draw}\x1f{text}".encode()).digest()[:8], "big")
+
+
 class TrajectoryRollouts:
     """The trajectories sampled directives open from their states, and the group reward model's scores of them."""
 
@@ -93,7 +101,7 @@ class TrajectoryRollouts:
         cast = setting.cast.cast(self.cache, policy if setting.episodes.mode == "trajectory" else None)
 
         async def one(state: StoredState, text: str, draw: int) -> list[Turn]:
-            reply = read_reply(text, setting.roster, state.state, None)
+            reply = read_reply(text, setting.roster, state.state, fallback_seed(text, draw))
             # Seeded by the state and the draw, not by the directive: the directives of one state meet the same
             # random numbers, so their rewards differ by what the directives change more than by sampling noise.
             path = f"t{len(state.state)}-rollout" + (f"-{draw}" if draw else "")

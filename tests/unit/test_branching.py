@@ -179,6 +179,9 @@ def test_in_a_rollout_the_policy_makes_every_later_directive_and_the_reward_is_t
     for trajectories in draws:
         assert len({tuple(turn.seed for turn in trajectory) for trajectory in trajectories}) == 1
     assert all(trajectories[2][0].fallback for trajectories in draws)
+    # The invalid directive's fallback is drawn per draw (`fallback_seed`), not once for its state: its draws name
+    # more than one persona, and its reward is a random persona's, not one the state fixes.
+    assert len({trajectories[2][0].speaker for trajectories in draws}) > 1
 
     reward = TrajectoryReward(rollouts, 3, lambda: backend(policy_server))
     group, format_ = reward.functions

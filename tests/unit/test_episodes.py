@@ -12,7 +12,7 @@ from mascot.dialogue.directives import FALLBACK_INSTRUCTION, fallback_speaker, r
 from mascot.dialogue.episodes import alternating, companion_messages, describe_big_five, user_messages
 from mascot.dialogue.turns import Directive, Turn, opening_turns
 from mascot.roster import BigFive, load_roster, load_user_profiles
-from mascot.stage2.director import sampled_validity
+from mascot.stage2.director import fallback_seed, sampled_validity
 
 ROSTER = load_roster(REPO / "configs" / "rosters" / "emotional_support.yaml")
 PROFILES = load_user_profiles(REPO / "configs" / "users" / "big_five.yaml").profiles
@@ -69,6 +69,14 @@ def test_a_sampled_directive_is_read_as_written_and_an_invalid_one_is_the_flagge
         # The documented fallback: the seeded random persona for this conversation and seed.
         assert reply.fallback and reply.error and reply.directive.next_speaker == fallback_speaker(ROSTER, EPISODE, None)
         assert reply.directive.instruction == FALLBACK_INSTRUCTION
+    # In a rollout the fallback is drawn with the sampled text's and the draw's seed, not the state's: the invalid
+    # directives of one state meet every persona, so being invalid pays no state's fitting persona by rule.
+    invalid = [f'{{"next_speaker": "anchor", "instr {i}' for i in range(30)]
+    drawn = [read_reply(text, ROSTER, EPISODE, fallback_seed(text, 0)) for text in invalid]
+    assert {reply.directive.next_speaker for reply in drawn} == {"anchor", "catalyst", "beacon"}
+    assert len({fallback_seed(invalid[0], draw) for draw in range(3)}) == 3
+    assert [read_reply(text, ROSTER, EPISODE, fallback_seed(text, 0)) for text in invalid] == drawn
+    assert all(reply.fallback and reply.seed is None for reply in drawn)  # a given sample has no request seed
     # The format reward counts only the sampled directive, the trajectory's first: later valid ones do not pay
     # for an invalid first, nor later invalid ones cost a valid first.
     later = [Turn("anchor", "y"), Turn("user", "z", role="user"), Turn("catalyst", "w")]
