@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import random
 import re
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -43,14 +44,12 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=16, help="GRPO completions per prompt")
     parser.add_argument("--choice-tokens", type=int, default=11, help="the completion tokens the `choice` arm "
                         "trains: up to the persona's name in the tiny tokenizer")
-    parser.add_argument("--sft-epochs", type=int, default=10)
-    parser.add_argument("--sft-learning-rate", type=float, default=1e-3)
+    parser.add_argument("--sft-epochs", type=int, default=10, help="the `sft` arm's passes over the training prompts")
+    parser.add_argument("--sft-learning-rate", type=float, default=1e-3, help="the `sft` arm's AdamW step")
     parser.add_argument("--samples", type=int, default=8, help="directives sampled per prompt and policy")
     parser.add_argument("--cache", type=Path, default=None, help="where the tiny models are built (default: the "
                         "profile's cache)")
     args = parser.parse_args()
-
-    import tempfile
 
     from mascot.config import load_config
     from mascot.train.tiny import resolve_tiny_models
@@ -80,7 +79,7 @@ def main() -> None:
 
 
 def cue_world(profile):
-    """Check 2's contexts as check 1's Director world, and cue class -> the persona that fits it."""
+    """Check 2's contexts as check 1's Director world, and context id -> the persona that fits its cue."""
     from mascot.dialogue.directives import director_messages
     from mascot.dialogue.turns import opening_turns
     from mascot.known_optima.director_grpo import DirectorWorld, Prompt
@@ -195,7 +194,7 @@ def train_choice_sft(policy, world, fitting, out: Path, epochs: int, learning_ra
 
 def measure(policy, adapter: Path | None, world, split: str, fitting: dict[str, str], samples: int) -> dict:
     """On the split's prompts, sampled as GRPO samples: the share of valid directives, the fitting share among
-    them (averaged over prompts), and the share of each persona among the valid ones per cue class."""
+    them (averaged over the prompts with a valid one), and each persona's share of the valid ones per cue class."""
     from mascot.known_optima.director_grpo import sample_speakers
 
     prompts = getattr(world, split)
