@@ -30,7 +30,7 @@ from mascot.data.contexts import context_cluster, read_contexts
 from mascot.dialogue.episodes import Episode, choose_profile, play, row_turn, turn_row
 from mascot.dialogue.turns import Turn, opening_turns
 from mascot.evaluation.systems import AssistantReplies, SystemSetup
-from mascot.llm import request_batch, shared_cache
+from mascot.llm import request_batch, run_requests, shared_cache
 from mascot.progress import cache_hits, shard_progress
 
 PATH = "eval"  # the seed path of every system's turns: the same for all of them
@@ -143,7 +143,7 @@ def play_shard(job: ConversationJob, ids: list[str], out: Path) -> Artifact:
         return list(await asyncio.gather(*(one(episode) for episode in episodes)))
 
     with shard_progress(f"{setup.name} {out.stem}", len(episodes), cache_hits(cache)) as row, request_batch():
-        played = asyncio.run(run(row))
+        played = run_requests(run(row))
     cot = isinstance(cast.speaker, AssistantReplies) and setup.cot
     marked, attempts = (cast.speaker.marked, cast.speaker.attempts) if cot else ({}, {})
     rows = []

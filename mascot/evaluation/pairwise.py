@@ -33,7 +33,7 @@ from mascot.evaluation.statistics import no_interval_below_min_clusters, win_rat
 from mascot.evaluation.systems import SYSTEMS
 from mascot.judges.group import BlockItem, GroupHeuristicJudge, turn_lines
 from mascot.judges.llm_judge import escape_data
-from mascot.llm import LLMBackend, make_backend, request_batch, shared_cache
+from mascot.llm import LLMBackend, make_backend, request_batch, run_requests, shared_cache
 from mascot.llm.structured import ReplyError, extract_json_object
 from mascot.progress import cache_hits, shard_progress
 from mascot.prompts import render
@@ -195,7 +195,7 @@ def judge_preferences(job: PairwiseJob, conversations: Artifact, out: Path) -> A
         return await asyncio.gather(*(both_orders(row, *pair) for pair in pairs))
 
     with shard_progress("pairwise preferences", 2 * len(pairs), cache_hits(cache)) as row, request_batch():
-        rows = [r for pair in asyncio.run(run(row)) for r in pair]
+        rows = [r for pair in run_requests(run(row)) for r in pair]
     return write_parquet(pl.DataFrame(rows, schema=PREFERENCE_SCHEMA), out)
 
 

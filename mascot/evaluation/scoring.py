@@ -30,7 +30,7 @@ from mascot.evaluation.systems import SYSTEMS
 from mascot.judges.base import JudgeItem
 from mascot.judges.group import BlockItem
 from mascot.judges.panel import PanelSpec, check_failure_rate, judgments_frame, make_panel
-from mascot.llm import request_batch, shared_cache
+from mascot.llm import request_batch, run_requests, shared_cache
 from mascot.progress import cache_hits, shard_progress
 from mascot.roster import Roster
 from mascot.rubrics import Rubric
@@ -108,7 +108,7 @@ def judge_conversations(job: ScoringJob, conversations: Artifact, out: Path) -> 
                 persona_judges.judge_all(turn_items, job.seed, on_start=row.started, on_done=lambda _: row.finished()),
                 group_judges.judge_all(block_items, job.seed, on_start=row.started, on_done=lambda _: row.finished()))
 
-        persona_judgments, group_judgments = asyncio.run(both())
+        persona_judgments, group_judgments = run_requests(both())
     persona = judgments_frame(persona_judgments, job.persona_panel.rubric).with_columns(level=pl.lit(PERSONA))
     group = judgments_frame(group_judgments, job.group_panel.rubric).with_columns(level=pl.lit(COLLECTIVE))
     return write_parquet(pl.concat([persona, group], how="diagonal"), out)

@@ -34,7 +34,7 @@ from mascot.data import SAMPLES_DIR, load_contexts
 from mascot.dialogue.directives import active_personas, director_messages, parse_directive
 from mascot.dialogue.turns import opening_turns
 from mascot.known_optima import EXPECTED, moved_as_expected
-from mascot.llm import make_backend
+from mascot.llm import make_backend, run_requests
 from mascot.llm.structured import ReplyError
 from mascot.queries import request_seed
 from mascot.roster import Roster
@@ -124,7 +124,7 @@ def sample_speakers(policy: GRPOPolicyConfig, adapter: Path | None, world: Direc
     async def every() -> list[list[str | None]]:
         return list(await asyncio.gather(*(one(prompt) for prompt in prompts)))
 
-    return dict(zip((p.id for p in prompts), asyncio.run(every()), strict=True))
+    return dict(zip((p.id for p in prompts), run_requests(every()), strict=True))
 
 
 def shares(speakers: dict[str, list[str | None]], roster: Roster) -> dict[str, float]:

@@ -31,7 +31,6 @@ reward model trained on the training contexts' pairs (`train_reward_model`). The
 
 from __future__ import annotations
 
-import asyncio
 import random
 import re
 import time
@@ -49,7 +48,7 @@ from mascot.judges.base import JudgeItem, Judgment
 from mascot.judges.panel import JudgePanel, judgments_frame
 from mascot.known_optima import EXPECTED, moved_as_expected
 from mascot.known_optima.linear_reference import Pair, linear_reference
-from mascot.llm import make_backend
+from mascot.llm import make_backend, run_requests
 from mascot.queries import Queries, Query, context_ids
 from mascot.roster import Persona, Roster
 from mascot.rubrics import Criterion, Rubric
@@ -159,7 +158,7 @@ def build_speaker_world(data: DataConfig, stage1: Stage1Config, generation: Back
     items = [JudgeItem(query_id=row["query_id"], candidate_idx=row["candidate_idx"],
                        context=by_id[row["query_id"]].context, persona=by_id[row["query_id"]].persona,
                        candidate=row["text"]) for row in candidates.read_parquet().iter_rows(named=True)]
-    judged = asyncio.run(JudgePanel([PlantedPersonaJudge(roster)]).judge_all(items, seed))
+    judged = run_requests(JudgePanel([PlantedPersonaJudge(roster)]).judge_all(items, seed))
     judgments = write_parquet(judgments_frame(judged, PLANTED_RUBRIC), out / "judgments.parquet")
     pairs = build_pairs(stage1, queries, candidates, judgments, out / "pairs.parquet")
     return SpeakerWorld(roster, queries, contexts, candidates, judgments, pairs)
@@ -206,7 +205,7 @@ def vocabulary_use(policy: GRPOPolicyConfig, adapter: Path | None, queries: list
     """Per held-out query, the mean entries of each persona's vocabulary in `samples_per_prompt` replies, sampled
     as GRPO's rollouts are; the seeds depend on the query only, so every policy meets the same ones."""
     config = policy_backend(policy, adapter)
-    sampled = asyncio.run(sample_candidates(make_backend(config), queries, samples_per_prompt, config.params, seed))
+    sampled = run_requests(sample_candidates(make_backend(config), queries, samples_per_prompt, config.params, seed))
     lexicons = {q.persona.id: q.persona.lexicon for q in queries}
     return {s.query.id: {persona: sum(lexicon_hits(t, lexicon) for t in s.texts) / len(s.texts)
                          for persona, lexicon in lexicons.items()} for s in sampled}

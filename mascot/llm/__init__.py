@@ -25,7 +25,7 @@ from mascot.llm.cache import (
     shared_cache,
 )
 from mascot.llm.factory import make_backend
-from mascot.llm.limits import request_batch
+from mascot.llm.limits import request_batch, run_requests
 from mascot.torch_runtime import MissingTrainExtra
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "normalize_messages",
     "request_batch",
     "request_key",
+    "run_requests",
     "shared_cache",
 ]
 

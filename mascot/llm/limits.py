@@ -10,10 +10,13 @@ Slots go first come, first served, by batch: the requests made inside one `reque
 several shards interleave. So the first shard to start is answered first, and it can be judged
 while later shards still sample, instead of every shard finishing at the very end.
 
-A waiter that is cancelled (when a request of its shard fails, `asyncio.run` cancels all the others) is only
-marked, and skipped when it reaches the head of the queue; cancelled waiters are swept out in one pass once
-they are most of the queue. So a failed shard of a million queued requests leaves in seconds, where a search
-and a re-heapify per cancel took about a day (`benchmarks/limits.py`).
+A waiter that is cancelled is only marked, and skipped when it reaches the head of the queue; cancelled waiters
+are swept out in one pass once they are most of the queue. So a failed shard of a million queued requests leaves
+in seconds, where a search and a re-heapify per cancel took about a day (`benchmarks/limits.py`).
+
+A shard's event loop runs under `run_requests`, not `asyncio.run`: when one of its requests fails, its queued
+requests are cancelled, but those already sent are let finish, so an answer the server has sent (and been paid
+for) reaches the request cache instead of being dropped and paid for again by the resume.
 
 A flow run can also spread over processes (the workers of a Dask or Ray task runner, or the
 processes of a training step under `accelerate launch`). Then a folder in MASCOT_LIMITS_DIR is named
@@ -34,9 +37,13 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Hashable, Iterator
+import weakref
+from collections.abc import AsyncIterator, Coroutine, Hashable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 LIMITS_DIR = "MASCOT_LIMITS_DIR"  # set for the processes of one flow run (or of one training launch)
 
@@ -69,6 +76,16 @@ class _Waiter:
         return (self.began, self.order) < (other.began, other.order)
 
 
+# Every limit of the process, and the event loops whose shard has failed: those take no slot any more.
+_every_limit: weakref.WeakSet[Limit] = weakref.WeakSet()
+_stopped_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+
+def _refuse_if_stopped(loop: asyncio.AbstractEventLoop) -> None:
+    if loop in _stopped_loops:
+        raise asyncio.CancelledError("its shard has failed: the request is not sent")
+
+
 class Limit:
     """At most `size` holders at once, across threads and event loops; waiters are served by batch, then in order."""
 
@@ -76,6 +93,7 @@ class Limit:
         if size < 1:
             raise ValueError(f"a concurrency limit must be at least 1, got {size}")
         self.size = size
+        _every_limit.add(self)
         self._lock = threading.Lock()
         self._held = 0
         self._order = itertools.count()
@@ -93,6 +111,7 @@ class Limit:
 
     async def acquire(self) -> None:
         loop = asyncio.get_running_loop()
+        _refuse_if_stopped(loop)
         began = _batch_began.get()
         with self._lock:
             if self._held < self.size and not self.queued:
@@ -121,6 +140,13 @@ class Limit:
             self._waiting = [w for w in self._waiting if not w.cancelled]
             heapq.heapify(self._waiting)
             self._cancelled = 0
+
+    def refuse(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Cancel the waiters of `loop` (called in it): each leaves through `acquire`'s cancel path."""
+        with self._lock:
+            waiting = [w for w in self._waiting if w.loop is loop and not w.cancelled]
+        for waiter in waiting:
+            waiter.future.cancel()
 
     def release(self) -> None:
         with self._lock:
@@ -164,8 +190,9 @@ class ProcessesLimit(Limit):
                 os.close(handle)  # closing the file releases its lock
 
     async def _lock_a_slot_file(self) -> int:
-        wait = 0.002
+        wait, loop = 0.002, asyncio.get_running_loop()
         while True:
+            _refuse_if_stopped(loop)
             for index in range(self.size):
                 handle = os.open(self.folder / f"slot-{index}", os.O_RDWR | os.O_CREAT, 0o600)
                 try:
@@ -175,6 +202,29 @@ class ProcessesLimit(Limit):
                     os.close(handle)
             await asyncio.sleep(wait)  # every slot is held by another process: look again soon
             wait = min(wait * 2, 0.05)
+
+
+def run_requests(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(main)` for a shard's requests, except when `main` fails: the requests already sent finish.
+
+    `asyncio.run` would cancel every task left when one request's error ends `main`, and a request cancelled on
+    the wire drops an answer the server may have sent already, which a resume then pays for again. Here the
+    loop's queued requests are cancelled (they are never sent), its sent ones run to their end and reach the
+    request cache, and then `main`'s error is raised. An interrupt (Ctrl-C) still cancels everything at once.
+    """
+
+    async def settled() -> T:
+        try:
+            return await main
+        except Exception:
+            loop = asyncio.get_running_loop()
+            _stopped_loops.add(loop)
+            for limit in list(_every_limit):
+                limit.refuse(loop)
+            await asyncio.gather(*asyncio.all_tasks() - {asyncio.current_task()}, return_exceptions=True)
+            raise
+
+    return asyncio.run(settled())
 
 
 def _wake(future: asyncio.Future) -> None:

@@ -11,7 +11,6 @@ out, which neither the reward model nor the Speaker was trained on.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from mascot.artifacts import Artifact, atomic_dir, dir_artifact, write_json, wri
 from mascot.config import BeforeAfterConfig, SpeakerConfig
 from mascot.data.contexts import context_clusters
 from mascot.judges.panel import aggregate_scores
-from mascot.llm import make_backend, shared_cache
+from mascot.llm import make_backend, run_requests, shared_cache
 from mascot.llm.transformers_backend import models_released
 from mascot.progress import cache_hits, shard_progress
 from mascot.prompts import speaker_messages
@@ -47,7 +46,7 @@ def sample_policies(speaker: SpeakerConfig, compare: BeforeAfterConfig, held_out
         # One policy in memory at a time: the base's copy leaves before the adapter's loads.
         with models_released(), shard_progress(f"sampling held-out prompts ({policy})", len(queries),
                                                cache_hits(cache)) as row:
-            sampled = asyncio.run(sample_candidates(make_backend(config, cache=cache), queries, n, config.params,
+            sampled = run_requests(sample_candidates(make_backend(config, cache=cache), queries, n, config.params,
                                                     speaker.seed, on_start=row.started, on_done=row.finished))
         rows += [{"query_id": s.query.id, "persona": s.query.persona.id, "policy": policy, "sample_idx": i,
                   "candidate_idx": index * n + i, "text": text} for s in sampled for i, text in enumerate(s.texts)]

@@ -16,7 +16,7 @@ import polars as pl
 
 from mascot.artifacts import Artifact, write_parquet
 from mascot.config import BackendConfig, SamplingParams
-from mascot.llm import LLMBackend, make_backend, request_batch, shared_cache
+from mascot.llm import LLMBackend, make_backend, request_batch, run_requests, shared_cache
 from mascot.progress import cache_hits, shard_progress
 from mascot.prompts import speaker_messages
 from mascot.queries import Queries, Query, request_seed
@@ -60,7 +60,7 @@ def sample_shard(generation: BackendConfig, k: int, seed: int, shard: Queries, r
     backend = make_backend(generation, cache=cache)
     queries = shard.load()
     with shard_progress(f"sampling {out.stem}", len(queries), cache_hits(cache)) as row, request_batch():
-        results = asyncio.run(sample_candidates(backend, queries, k, generation.params, seed,
+        results = run_requests(sample_candidates(backend, queries, k, generation.params, seed,
                                                 on_start=row.started, on_done=row.finished))
     sampling = json.dumps({**generation.params.model_dump(mode="json"), "seed": seed}, sort_keys=True)
     rows = [

@@ -5,13 +5,12 @@ Failures are recorded and counted, never scored (see `mascot.judges.panel`).
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from mascot.artifacts import Artifact, write_parquet
 from mascot.judges.base import JudgeItem
 from mascot.judges.panel import PanelSpec, judgments_frame, make_panel
-from mascot.llm import request_batch, shared_cache
+from mascot.llm import request_batch, run_requests, shared_cache
 from mascot.progress import cache_hits, shard_progress
 from mascot.queries import Queries
 
@@ -33,5 +32,5 @@ def judge_shard(panel: PanelSpec, seed: int, shard: Queries, candidates: Artifac
     ]
     with shard_progress(f"judging {out.stem}", len(items) * len(judges.judges), cache_hits(cache)) as row, \
             request_batch():
-        judgments = asyncio.run(judges.judge_all(items, seed, on_start=row.started, on_done=lambda _: row.finished()))
+        judgments = run_requests(judges.judge_all(items, seed, on_start=row.started, on_done=lambda _: row.finished()))
     return write_parquet(judgments_frame(judgments, panel.rubric), out)

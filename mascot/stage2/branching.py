@@ -33,7 +33,7 @@ from mascot.data.contexts import read_contexts
 from mascot.dialogue.directives import DirectorReply
 from mascot.dialogue.episodes import Cast, Episode, choose_profile, play, row_turn, turn_row
 from mascot.dialogue.turns import Turn, opening_turns
-from mascot.llm import RequestCache, make_backend, request_batch, shared_cache
+from mascot.llm import RequestCache, make_backend, request_batch, run_requests, shared_cache
 from mascot.progress import cache_hits, shard_progress
 from mascot.roster import Roster, UserProfile
 
@@ -171,7 +171,7 @@ def generate_shard(setting: Setting, ids: list[str], out: Path) -> Artifact:
         return list(await asyncio.gather(*(one(episode) for episode in episodes)))
 
     with shard_progress(f"episodes {out.stem}", len(episodes), cache_hits(cache)) as row, request_batch():
-        results = asyncio.run(run(row))
+        results = run_requests(run(row))
     rows = [r for branched in results
             for r in episode_rows(branched, setting.episodes,
                                   branched.episode.profile.id if branched.episode.profile else None)]

@@ -43,7 +43,7 @@ from mascot.data.contexts import held_out_ids
 from mascot.dialogue.directives import director_messages, read_reply
 from mascot.dialogue.episodes import Episode
 from mascot.dialogue.turns import Turn
-from mascot.llm import shared_cache
+from mascot.llm import run_requests, shared_cache
 from mascot.llm.served_adapters import ServedSnapshots
 from mascot.queries import context_ids
 from mascot.stage2.branching import Setting, StoredState, play_trajectory, read_states
@@ -112,7 +112,7 @@ class TrajectoryRollouts:
             return list(await asyncio.gather(*(one(self.states[s], t, draw) for draw in range(draws)
                                                for s, t in zip(state_ids, texts, strict=True))))
 
-        played = asyncio.run(all_of_them())
+        played = run_requests(all_of_them())
         return [played[draw * len(texts):(draw + 1) * len(texts)] for draw in range(draws)]
 
     def score(self, state_ids: list[str], draws: list[list[list[Turn]]]) -> list[list[float]]:

@@ -33,7 +33,7 @@ from mascot.config import (
 )
 from mascot.data.contexts import context_clusters
 from mascot.dialogue.directives import director_messages
-from mascot.llm import make_backend
+from mascot.llm import make_backend, run_requests
 from mascot.llm.served_adapters import served_adapter
 from mascot.llm.transformers_backend import models_released
 from mascot.progress import cache_hits, shard_progress
@@ -81,7 +81,7 @@ def evaluate_directors(evaluation: DirectorEvalConfig, directors: Directors, set
         # One policy in memory at a time: its copy leaves once its directives are sampled and their rollouts scored.
         with models_released():
             with shard_progress(f"held-out directives ({name})", len(held_out), cache_hits(rollouts.cache)) as row:
-                sampled = asyncio.run(_sample(make_backend(config, cache=rollouts.cache), config.params, setting,
+                sampled = run_requests(_sample(make_backend(config, cache=rollouts.cache), config.params, setting,
                                               held_out, evaluation.samples_per_prompt, row))
             states = [state.id for state, texts in zip(held_out, sampled, strict=True) for _ in texts]
             texts = [text for texts in sampled for text in texts]

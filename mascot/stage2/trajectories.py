@@ -19,7 +19,6 @@ directive the Director wrote, so its pairs give no directive pair.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import polars as pl
@@ -31,7 +30,7 @@ from mascot.dialogue.episodes import directive_json
 from mascot.dialogue.turns import Turn, opening_query
 from mascot.judges.group import BlockItem
 from mascot.judges.panel import PanelSpec, aggregate_scores, check_failure_rate, judgments_frame, make_panel
-from mascot.llm import request_batch, shared_cache
+from mascot.llm import request_batch, run_requests, shared_cache
 from mascot.progress import cache_hits, shard_progress
 from mascot.prompts import render
 from mascot.roster import Roster
@@ -68,7 +67,7 @@ def judge_trajectories(panel: PanelSpec, setting: Setting, episodes: Artifact, o
              for state in read_states(episodes, setting.contexts) for branch, trajectory in state.branches.items()]
     with shard_progress(f"judging {out.stem}", len(items) * len(judges.judges), cache_hits(cache)) as row, \
             request_batch():
-        judgments = asyncio.run(judges.judge_all(items, setting.seed, on_start=row.started, on_done=lambda _: row.finished()))
+        judgments = run_requests(judges.judge_all(items, setting.seed, on_start=row.started, on_done=lambda _: row.finished()))
     return write_parquet(judgments_frame(judgments, panel.rubric), out)
 
 

@@ -24,6 +24,7 @@ from mascot.llm import (
     MissingAPIKey,
     RequestCache,
     make_backend,
+    run_requests,
 )
 from mascot.llm.openai_backend import OpenAIBackend
 
@@ -267,6 +268,29 @@ def test_concurrency_is_limited(fake):
 
     assert len(asyncio.run(many())) == 6
     assert behaviour.max_in_flight == 2
+
+
+def test_a_failed_shard_lets_its_sent_requests_finish_into_the_cache_and_sends_no_more(fake, tmp_path):
+    behaviour, url = fake
+    behaviour.delay_s = 0.4
+    cache = RequestCache(tmp_path / "requests.sqlite")
+    backend = CachedBackend(make(url, max_concurrency=2), cache)
+
+    async def shard(failing: bool):
+        async def unreadable():
+            await asyncio.sleep(0.1)  # two requests are on the wire, three queued
+            if failing:
+                raise ValueError("a reply that cannot be read")
+
+        return await asyncio.gather(unreadable(), *(backend.generate(MESSAGES, 1, PARAMS, seed=s) for s in range(5)))
+
+    with pytest.raises(ValueError, match="cannot be read"):
+        run_requests(shard(failing=True))
+    assert len(behaviour.bodies) == 2  # the queued three were never sent...
+    assert len(cache) == 2  # ...and both answers already on their way were kept, not paid for again by a resume
+    assert backend.backend._limit().held == 0
+    assert len(run_requests(shard(failing=False))) == 6  # the resume pays for the other three only
+    assert len(behaviour.bodies) == 5 and cache.hits == 2
 
 
 def test_forwards_response_format_and_maps_null_content_to_empty_text(fake):
