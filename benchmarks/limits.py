@@ -2,8 +2,9 @@
 
     python benchmarks/limits.py [--requests 1000000 --size 16 --baseline-requests 20000 --end-to-end]
 
-When one request of a judging shard exhausts its retries, `asyncio.gather` raises and `asyncio.run` cancels every
-request of the shard still queued, so each leaves the limiter's queue by its cancel path. Three figures:
+When one request of a judging shard exhausts its retries, `asyncio.gather` raises and `run_requests` cancels every
+request of the shard still queued (`Limit.refuse`), so each leaves the limiter's queue by its cancel path. Three
+figures:
 
 1. **The limiter alone**: `--requests` waiters queue behind a full `mascot.llm.limits.Limit` (the real `acquire`
    coroutine, stepped by hand without an asyncio Task), then every one is cancelled. This is the figure of the
@@ -12,8 +13,8 @@ request of the shard still queued, so each leaves the limiter's queue by its can
    before cancelling became lazy (the waiter searched for in the heap, removed, the heap rebuilt: O(n) a cancel,
    O(n^2) a queue), kept in this file; and that time scaled by n^2 to `--requests`, since timing it there would take
    hours.
-3. With `--end-to-end`: `--requests` asyncio tasks in one `gather`, each holding a slot while it "answers" (a zero
-   sleep), the first to get a slot failing; beside it, the same tasks queued on one future with no limiter, the
+3. With `--end-to-end`: `--requests` asyncio tasks in one `gather` under `run_requests`, each holding a slot while
+   it "answers" (a zero sleep), the first to get a slot failing; beside it, the same tasks queued on one future with no limiter, the
    event loop's own floor. Most of both is asyncio's and the garbage collector's cost of a million live tasks,
    which is why the evaluation's scoring runs in shards too.
 """
@@ -27,7 +28,7 @@ import heapq
 import resource
 import time
 
-from mascot.llm.limits import Limit, _batch_began
+from mascot.llm.limits import Limit, _batch_began, run_requests
 
 
 class OldCancelLimit(Limit):
@@ -76,8 +77,8 @@ class RequestFailed(Exception):
 
 
 def queue_and_cancel(limit: Limit, requests: int) -> tuple[float, float, float]:
-    """The limiter alone: `requests` waiters queued behind a full limit, then every one cancelled, as `asyncio.run`
-    cancels a failed gather's. Each waiter is the real `Limit.acquire` coroutine, stepped by hand (no Task), so
+    """The limiter alone: `requests` waiters queued behind a full limit, then every one cancelled, as a failed
+    shard's are. Each waiter is the real `Limit.acquire` coroutine, stepped by hand (no Task), so
     the figure is the limiter's and not the event loop's. Seconds to queue them all, seconds to cancel them all, and
     the CPU seconds of both (on a shared machine, wall time also counts the other processes' turns)."""
 
@@ -109,9 +110,10 @@ def queue_and_cancel(limit: Limit, requests: int) -> tuple[float, float, float]:
 
 def gather_with_a_failure(limit: Limit | None, requests: int) -> float:
     """End to end, as a judging shard runs: `requests` tasks in one `asyncio.gather`, each holding a slot of `limit`
-    while it answers (a zero sleep); the first to get a slot fails, `gather` raises, and `asyncio.run` cancels every
+    while it answers (a zero sleep); the first to get a slot fails, `gather` raises, and `run_requests` cancels every
     request still queued. Seconds from the first request's creation to the failure raised. With `limit` None, the
-    same tasks queue on one future instead: the event loop's own cost, the floor under any limiter."""
+    same tasks queue on one future instead, and `asyncio.run` cancels them: the event loop's own cost, the floor
+    under any limiter."""
     blocked: asyncio.Future | None = None
 
     async def request(index: int) -> None:
@@ -135,7 +137,7 @@ def gather_with_a_failure(limit: Limit | None, requests: int) -> float:
     gc.collect()
     began = time.perf_counter()
     try:
-        asyncio.run(all_requests())
+        (asyncio.run if limit is None else run_requests)(all_requests())
     except RequestFailed:
         pass
     else:

@@ -142,7 +142,7 @@ class Limit:
             self._cancelled = 0
 
     def refuse(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Cancel the waiters of `loop` (called in it): each leaves through `acquire`'s cancel path."""
+        """Cancel the waiters of `loop` (called in it), in one pass: each leaves through `acquire`'s cancel path."""
         with self._lock:
             waiting = [w for w in self._waiting if w.loop is loop and not w.cancelled]
         for waiter in waiting:
