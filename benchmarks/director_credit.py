@@ -1,7 +1,8 @@
 """Benchmark: does the tiny Director learn check 2's cue-conditioned choice, and which of GRPO's tokens stop it?
 
     python benchmarks/director_credit.py [--steps 60] [--batch-size 64] [--generations 16] [--samples 8]
-                                         [--arm grpo|choice|sft ...] [--choice-tokens 11] [--cache DIR]
+                                         [--arm grpo|choice|sft ...] [--choice-tokens 11] [--temperature T]
+                                         [--cache DIR]
 
 On known-optimum check 2's Director prompts (`mascot.known_optima.stage2_chain.cue_contexts`: 72 training
 contexts, 36 held out), each arm trains the tiny profile's Director to name the persona that fits the cue in the
@@ -23,7 +24,6 @@ tokens is what hides it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import random
 import re
 import tempfile
@@ -47,11 +47,14 @@ def main() -> None:
     parser.add_argument("--sft-epochs", type=int, default=10, help="the `sft` arm's passes over the training prompts")
     parser.add_argument("--sft-learning-rate", type=float, default=1e-3, help="the `sft` arm's AdamW step")
     parser.add_argument("--samples", type=int, default=8, help="directives sampled per prompt and policy")
+    parser.add_argument("--temperature", type=float, default=None, help="the Director's sampling temperature, in "
+                        "training and in the measurements (default: the profile's, train.director.temperature)")
     parser.add_argument("--cache", type=Path, default=None, help="where the tiny models are built (default: the "
                         "profile's cache)")
     args = parser.parse_args()
 
     from mascot.config import load_config
+    from mascot.known_optima.choice_credit import loss_on_first_tokens
     from mascot.train.tiny import resolve_tiny_models
 
     profile = load_config(REPO / "configs" / "tiny.yaml")
@@ -99,7 +102,8 @@ def director_policy(profile, args):
     from mascot.known_optima.director_grpo import check_policy
 
     return check_policy(profile.train.director, profile.train.director.model, args.steps).model_copy(
-        update={"batch_size": args.batch_size, "num_generations": args.generations})
+        update={"batch_size": args.batch_size, "num_generations": args.generations,
+                **({} if args.temperature is None else {"temperature": args.temperature})})
 
 
 class CueReward:
@@ -126,34 +130,6 @@ def train_grpo(policy, world, fitting, out: Path) -> Path:
     prompts = [{"prompt": p.messages, "prompt_id": p.id} for p in world.training]
     return train_grpo_policy(policy, prompts, [CueReward(fitting)], [1.0], out / "adapter", out / "checkpoints",
                              name="director-credit").path
-
-
-@contextlib.contextmanager
-def loss_on_first_tokens(count: int | None):
-    """With a count, TRL's GRPO loss (and its KL term) reads only each completion's first `count` tokens: its
-    `tool_mask` is the mask it multiplies into the loss. The rollouts are sampled and rewarded whole, as before.
-    A patch of TRL's private batch builder, for this benchmark only."""
-    if count is None:
-        yield
-        return
-    import torch
-    from trl import GRPOTrainer
-
-    original = GRPOTrainer._generate_and_score_completions
-
-    def masked(self, inputs):
-        batch = original(self, inputs)
-        completion = batch["completion_mask"]
-        first = (torch.arange(completion.shape[1], device=completion.device) < count).int()
-        batch["tool_mask"] = first.unsqueeze(0).expand_as(completion).contiguous()
-        batch["num_items_in_batch"] = (completion * batch["tool_mask"]).sum()  # the loss's normaliser
-        return batch
-
-    GRPOTrainer._generate_and_score_completions = masked
-    try:
-        yield
-    finally:
-        GRPOTrainer._generate_and_score_completions = original
 
 
 def train_choice_sft(policy, world, fitting, out: Path, epochs: int, learning_rate: float) -> Path:

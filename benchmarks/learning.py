@@ -1,6 +1,8 @@
 """Benchmark: the known-optimum checks at their full budget, with their figures.
 
     python benchmarks/learning.py [--check director|chain|speaker] [--steps 60] [--samples 16] [--seed 0] [--cache DIR]
+                                  [--learning-rate LR] [--beta B] [--batch-size N] [--generations G]
+                                  [--temperature T] [--choice-tokens K]
     python benchmarks/learning.py --builds 3 [--config configs/tiny.yaml]
 
 Builds (or finds in the cache) the tiny models of configs/tiny.yaml and runs each known-optimum check
@@ -14,6 +16,9 @@ Check 2 (`chain`): the whole Stage 2 chain against a planted group judge (`masco
 Check 3 (`speaker`): the persona reward model and the Speaker's GRPO against a planted persona judge
 (`mascot.known_optima.speaker_persona`): first the reward model's held-out pair accuracy and persona-swap accuracy,
 then the arms. `--samples` is the replies per held-out prompt; the reward model trains with the profile's epochs.
+The overrides change the trained policy's settings in every check run; `--choice-tokens K` (checks 1 and 2) puts
+the Director's GRPO loss on each directive's first K tokens only (`mascot.known_optima.choice_credit`), the
+persona's name and what comes before it in the tiny tokenizer at K=11.
 
 `--builds N` runs no check: it builds the profile's tiny models from seeds 0 to N-1 (`tiny.seed`) and runs the
 profile's whole pipeline on each build, as `make demo` does, under the run name `<run>-build<seed>`. For each
@@ -49,6 +54,11 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=None, help="override the check's learning rate")
     parser.add_argument("--beta", type=float, default=None, help="override the check's KL coefficient")
     parser.add_argument("--batch-size", type=int, default=None, help="override the completions per step")
+    parser.add_argument("--generations", type=int, default=None, help="override the completions per prompt")
+    parser.add_argument("--temperature", type=float, default=None, help="override the policy's sampling temperature, "
+                        "in training and in the held-out measurement")
+    parser.add_argument("--choice-tokens", type=int, default=None, help="the Director's GRPO loss on each "
+                        "directive's first K tokens only (checks 1 and 2; default: the whole directive)")
     parser.add_argument("--cache", type=Path, default=None, help="where the tiny models are built (default: the "
                         "profile's cache)")
     parser.add_argument("--builds", type=int, default=0, help="instead of the checks: run the profile's pipeline on "
@@ -60,6 +70,7 @@ def main() -> None:
         sys.exit(run_builds(args.config, args.builds))
 
     from mascot.config import load_config
+    from mascot.known_optima.choice_credit import loss_on_first_tokens
     from mascot.known_optima.director_grpo import check_policy, run_director_check
     from mascot.known_optima.speaker_persona import (
         build_speaker_world,
@@ -76,13 +87,15 @@ def main() -> None:
     if args.cache:
         profile = profile.model_copy(update={"cache": profile.cache.model_copy(update={"dir": args.cache})})
     profile = resolve_tiny_models(profile)
-    overrides = {key: value for key, value in {"learning_rate": args.learning_rate, "beta": args.beta,
-                                               "batch_size": args.batch_size}.items() if value is not None}
+    overrides = {key: value for key, value in {
+        "learning_rate": args.learning_rate, "beta": args.beta, "batch_size": args.batch_size,
+        "num_generations": args.generations, "temperature": args.temperature}.items() if value is not None}
     failed = False
     roster = load_roster(profile.data.roster)
     for check in args.check or CHECKS:
         started = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="mascot-learning-") as scratch:
+        with tempfile.TemporaryDirectory(prefix="mascot-learning-") as scratch, \
+                loss_on_first_tokens(args.choice_tokens if check != "speaker" else None):
             if check == "director":
                 policy = check_policy(profile.train.director, profile.train.director.model, args.steps, args.seed)
                 result = run_director_check(policy.model_copy(update=overrides), roster, Path(scratch),
