@@ -1,17 +1,18 @@
 """Benchmark: does the tiny Director learn check 2's cue-conditioned choice, and which of GRPO's tokens stop it?
 
     python benchmarks/director_credit.py [--steps 60] [--batch-size 64] [--generations 16] [--samples 8]
-                                         [--arm grpo|choice|sft ...] [--choice-tokens 11] [--temperature T]
+                                         [--arm grpo|choice|sft ...] [--temperature T]
                                          [--cache DIR]
 
 On known-optimum check 2's Director prompts (`mascot.known_optima.stage2_chain.cue_contexts`: 72 training
 contexts, 36 held out), each arm trains the tiny profile's Director to name the persona that fits the cue in the
 person's message, with no rollout and no group reward model in between:
 
-- `grpo`: the project's GRPO trainer (`train_grpo_policy`, check 1's settings), rewarded 1 when the completion's
-  `next_speaker` names the fitting persona, whether or not the rest of the directive is valid, else 0;
-- `choice`: the same, with the loss (and its KL term) on the completion's first `--choice-tokens` tokens only, the
-  ones up to the persona's name; sampling and reward as in `grpo`;
+- `grpo`: the project's GRPO trainer (`train_grpo_policy`, check 1's settings) with the loss on the whole directive
+  (`train.director.credit: directive`), rewarded 1 when the completion's `next_speaker` names the fitting persona,
+  whether or not the rest of the directive is valid, else 0;
+- `choice`: the same, with the loss (and its KL term) on the completion's tokens up to the end of its `next_speaker`
+  value only (`credit: choice`, `mascot.train.choice_credit`); sampling and reward as in `grpo`;
 - `sft`: supervision with the same LoRA: `{"next_speaker": "<the fitting persona>"` after each training prompt,
   `--sft-epochs` epochs of batches of 8 at `--sft-learning-rate`.
 
@@ -42,8 +43,6 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60, help="GRPO steps")
     parser.add_argument("--batch-size", type=int, default=64, help="GRPO completions per step")
     parser.add_argument("--generations", type=int, default=16, help="GRPO completions per prompt")
-    parser.add_argument("--choice-tokens", type=int, default=11, help="the completion tokens the `choice` arm "
-                        "trains: up to the persona's name in the tiny tokenizer")
     parser.add_argument("--sft-epochs", type=int, default=10, help="the `sft` arm's passes over the training prompts")
     parser.add_argument("--sft-learning-rate", type=float, default=1e-3, help="the `sft` arm's AdamW step")
     parser.add_argument("--samples", type=int, default=8, help="directives sampled per prompt and policy")
@@ -54,7 +53,6 @@ def main() -> None:
     args = parser.parse_args()
 
     from mascot.config import load_config
-    from mascot.known_optima.choice_credit import loss_on_first_tokens
     from mascot.train.tiny import resolve_tiny_models
 
     profile = load_config(REPO / "configs" / "tiny.yaml")
@@ -73,8 +71,8 @@ def main() -> None:
                 adapter = train_choice_sft(policy, world, fitting, Path(scratch), args.sft_epochs,
                                            args.sft_learning_rate)
             else:
-                with loss_on_first_tokens(args.choice_tokens if arm == "choice" else None):
-                    adapter = train_grpo(policy, world, fitting, Path(scratch))
+                credit = "choice" if arm == "choice" else "directive"
+                adapter = train_grpo(policy.model_copy(update={"credit": credit}), world, fitting, Path(scratch))
             after = {split: measure(policy, adapter, world, split, fitting, args.samples)
                      for split in ("held_out", "training")}
         print(f"{arm:<7} {line(after)} ({time.perf_counter() - started:.0f} s)\n        held-out choices by cue: "
@@ -125,11 +123,12 @@ def named(text: str) -> str | None:
 
 
 def train_grpo(policy, world, fitting, out: Path) -> Path:
+    from mascot.stage2.director import credit_until
     from mascot.train.grpo import train_grpo_policy
 
     prompts = [{"prompt": p.messages, "prompt_id": p.id} for p in world.training]
     return train_grpo_policy(policy, prompts, [CueReward(fitting)], [1.0], out / "adapter", out / "checkpoints",
-                             name="director-credit").path
+                             name="director-credit", credit_until=credit_until(policy)).path
 
 
 def train_choice_sft(policy, world, fitting, out: Path, epochs: int, learning_rate: float) -> Path:

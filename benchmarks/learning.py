@@ -2,7 +2,7 @@
 
     python benchmarks/learning.py [--check director|chain|speaker] [--steps 60] [--samples 16] [--seed 0] [--cache DIR]
                                   [--learning-rate LR] [--beta B] [--batch-size N] [--generations G]
-                                  [--temperature T] [--choice-tokens K]
+                                  [--temperature T] [--credit directive|choice]
     python benchmarks/learning.py --builds 3 [--config configs/tiny.yaml]
 
 Builds (or finds in the cache) the tiny models of configs/tiny.yaml and runs each known-optimum check
@@ -16,9 +16,8 @@ Check 2 (`chain`): the whole Stage 2 chain against a planted group judge (`masco
 Check 3 (`speaker`): the persona reward model and the Speaker's GRPO against a planted persona judge
 (`mascot.known_optima.speaker_persona`): first the reward model's held-out pair accuracy and persona-swap accuracy,
 then the arms. `--samples` is the replies per held-out prompt; the reward model trains with the profile's epochs.
-The overrides change the trained policy's settings in every check run; `--choice-tokens K` (checks 1 and 2) puts
-the Director's GRPO loss on each directive's first K tokens only (`mascot.known_optima.choice_credit`), the
-persona's name and what comes before it in the tiny tokenizer at K=11.
+The overrides change the trained policy's settings in every check run; `--credit` (checks 1 and 2) sets which of
+a directive's tokens the Director's GRPO loss reads (`train.director.credit`: the whole directive, or its choice).
 
 `--builds N` runs no check: it builds the profile's tiny models from seeds 0 to N-1 (`tiny.seed`) and runs the
 profile's whole pipeline on each build, as `make demo` does, under the run name `<run>-build<seed>`. For each
@@ -57,8 +56,8 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=None, help="override the completions per prompt")
     parser.add_argument("--temperature", type=float, default=None, help="override the policy's sampling temperature, "
                         "in training and in the held-out measurement")
-    parser.add_argument("--choice-tokens", type=int, default=None, help="the Director's GRPO loss on each "
-                        "directive's first K tokens only (checks 1 and 2; default: the whole directive)")
+    parser.add_argument("--credit", choices=("directive", "choice"), default=None, help="the tokens of a "
+                        "directive the Director's GRPO loss reads (checks 1 and 2; default: the profile's)")
     parser.add_argument("--cache", type=Path, default=None, help="where the tiny models are built (default: the "
                         "profile's cache)")
     parser.add_argument("--builds", type=int, default=0, help="instead of the checks: run the profile's pipeline on "
@@ -70,7 +69,6 @@ def main() -> None:
         sys.exit(run_builds(args.config, args.builds))
 
     from mascot.config import load_config
-    from mascot.known_optima.choice_credit import loss_on_first_tokens
     from mascot.known_optima.director_grpo import check_policy, run_director_check
     from mascot.known_optima.speaker_persona import (
         build_speaker_world,
@@ -90,18 +88,18 @@ def main() -> None:
     overrides = {key: value for key, value in {
         "learning_rate": args.learning_rate, "beta": args.beta, "batch_size": args.batch_size,
         "num_generations": args.generations, "temperature": args.temperature}.items() if value is not None}
+    credit = {} if args.credit is None else {"credit": args.credit}  # a Director's setting, not the Speaker's
     failed = False
     roster = load_roster(profile.data.roster)
     for check in args.check or CHECKS:
         started = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="mascot-learning-") as scratch, \
-                loss_on_first_tokens(args.choice_tokens if check != "speaker" else None):
+        with tempfile.TemporaryDirectory(prefix="mascot-learning-") as scratch:
             if check == "director":
                 policy = check_policy(profile.train.director, profile.train.director.model, args.steps, args.seed)
-                result = run_director_check(policy.model_copy(update=overrides), roster, Path(scratch),
+                result = run_director_check(policy.model_copy(update=overrides | credit), roster, Path(scratch),
                                             samples_per_prompt=args.samples, seed=args.seed)
             elif check == "chain":
-                director = check_director(profile, args.steps, args.seed).model_copy(update=overrides)
+                director = check_director(profile, args.steps, args.seed).model_copy(update=overrides | credit)
                 result = run_chain_check(profile, director, Path(scratch), samples_per_prompt=args.samples,
                                          seed=args.seed)
             else:

@@ -76,6 +76,10 @@ class DirectorConfig(GRPOPolicyConfig):
         default=1, ge=1, description="Rollouts of each sampled directive, each with its own seed; its group reward "
         "model term is their mean. More rollouts mean less noise in GRPO's advantages, at that many times the "
         "rollouts' cost.")
+    credit: Literal["directive", "choice"] = Field(
+        default="directive", description="The tokens GRPO's loss reads: the whole sampled directive, or its choice "
+        "(up to the end of its `next_speaker` value; a directive that names nobody is read whole). A directive's "
+        "instruction can take the credit of its choice where it is sampled with much entropy (docs/stage2.md).")
 
 
 class DirectorDPOConfig(TrainerConfig):

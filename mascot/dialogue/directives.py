@@ -13,6 +13,7 @@ Every fallback is flagged on its result, so episodes count and report them; none
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, replace
 
 from pydantic import ValidationError
@@ -25,6 +26,9 @@ from mascot.prompts import render
 from mascot.roster import Persona, Roster
 
 FALLBACK_INSTRUCTION = "Continue the conversation in your role, building on what was said last."
+# Where a directive makes its choice: its `next_speaker` key and value, the part that
+# `train.director.credit: choice` trains (mascot.train.choice_credit).
+CHOICE = re.compile(r'"next_speaker"\s*:\s*"[^"]*"')
 
 
 @dataclass(frozen=True)

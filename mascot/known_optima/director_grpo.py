@@ -8,16 +8,19 @@ samples at the training prompts: a persona whose base share is between 0.15 and 
 since a persona that sampling never reaches gives GRPO no group with a reward to compare.
 
 Three arms train from the same base with `mascot.train.grpo.train_grpo_policy`, the trainer Stage 1's
-Speaker and Stage 2's Director use, on the same prompts and settings:
+Speaker and Stage 2's Director use, on the same prompts and settings (the profile's Director's, its `credit`
+among them):
 
 - `planted`: the held-out share of the target must rise, its interval above 0;
 - `flipped`: the reward times -1, so the share must fall, its interval below 0;
 - `shuffled`: the same rewards permuted across the completions of each batch, so that they say nothing
-  about the completion they reach; the share must stay, its interval containing 0.
+  about the completion they reach; the share must stay, its interval containing 0. It trains `SHUFFLED_RUNS`
+  runs with their own seeds, since its claim is about such training, not one run's noise.
 
 The measurement samples `samples_per_prompt` directives per held-out prompt from the base policy and from
 each trained one, with the same request seeds, and gives the per-prompt difference in target share a
-paired bootstrap interval over the held-out prompts (one per context, so prompts are independent units).
+paired bootstrap interval over the held-out prompts (one per context, so prompts are independent units);
+the shuffled arm's interval is Student's t over its runs' mean differences.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mascot.config import GRPOPolicyConfig
+from mascot.config import DirectorConfig, GRPOPolicyConfig
 from mascot.data import SAMPLES_DIR, load_contexts
 from mascot.dialogue.directives import active_personas, director_messages, parse_directive
 from mascot.dialogue.turns import opening_turns
@@ -38,16 +41,22 @@ from mascot.llm import make_backend, run_requests
 from mascot.llm.structured import ReplyError
 from mascot.queries import request_seed
 from mascot.roster import Roster
-from mascot.stats import paired_difference
+from mascot.stage2.director import credit_until
+from mascot.stats import mean_over_runs, paired_difference
 from mascot.train.grpo import policy_backend, train_grpo_policy
 
 TARGET_SHARE = (0.15, 0.5)  # a target sampling reaches often enough to learn from, and can still gain
-# The profile's Director settings but for these. A planted reward is noise-free, so a larger step shows in 30
-# steps what the profile's 0.001 takes longer to show (at 0.001, 30 steps of 8 completions moved the target's
-# share by +0.03 [-0.03, +0.08]). 4 prompts per step halve the gradient's noise, and a firmer KL anchor than the
-# profile's 0.04 keeps the shuffled control in place: with no anchor (0.005, beta 0) its policy drifted until
-# it never named the target, and at 0.04 it drifted by -0.03 [-0.06, +0.00] (2026-12-05, one tiny build).
-CHECK_SETTINGS = {"learning_rate": 3e-3, "beta": 0.1, "batch_size": 16, "num_generations": 4}
+# The profile's Director settings but for these: 16 completions (4 prompts x 4) per step halve the gradient's noise,
+# and a KL coefficient of 1.0, not the profile's 0.04, keeps a run's policy near the base where its reward says
+# nothing. Sampled at the profile's temperature of 0.7, a share moves far further per step than at 1.0: with a KL
+# coefficient of 0.1 the shuffled control's runs drifted by -0.13 to +0.10 in 30 steps (learning rates 3e-4 to 3e-3),
+# at 1.0 and 1e-3 by +0.006 and +0.031, while the planted arm still rose by +0.15 and +0.33 (2026-12-07, the tiny
+# build of docs/models.md, seeds 0 and 1).
+CHECK_SETTINGS = {"learning_rate": 1e-3, "beta": 1.0, "batch_size": 16, "num_generations": 4}
+# The shuffled control's claim is about training on rewards that say nothing, not about one run: one run's policy
+# does move, by the noise of its own samples (a random walk), and its held-out samples, drawn with the base's seeds,
+# detect a move of 0.01. So it trains this many runs (seeds seed, seed + 1, ...), and its interval is over them.
+SHUFFLED_RUNS = 3
 ARMS = ("planted", "flipped", "shuffled")
 SOURCE, HELD_OUT_SPLITS = "empathetic_dialogues", ("validation", "test")
 
@@ -76,7 +85,7 @@ def director_world(roster: Roster, source: str = SOURCE) -> DirectorWorld:
     return DirectorWorld(roster, prompts("train"), [p for split in HELD_OUT_SPLITS for p in prompts(split)])
 
 
-def check_policy(director: GRPOPolicyConfig, model: str | Path, steps: int, seed: int = 0) -> GRPOPolicyConfig:
+def check_policy(director: DirectorConfig, model: str | Path, steps: int, seed: int = 0) -> DirectorConfig:
     """A profile's Director settings (`train.director`) for this check: `CHECK_SETTINGS`, `steps` steps of GRPO
     on `model` (a resolved folder), no checkpoint before the last step."""
     return director.model_copy(update={**CHECK_SETTINGS, "model": str(model), "max_steps": steps,
@@ -150,8 +159,9 @@ class ArmResult:
     expected: str  # "rise", "fall" or "stay"
     base_share: float
     trained_share: float
-    difference: dict  # mascot.stats.paired_difference over held-out prompts
+    difference: dict  # one run: mascot.stats.paired_difference over held-out prompts; more: mean_over_runs
     train_seconds: float = 0.0
+    runs: int = 1
 
     @property
     def passed(self) -> bool:
@@ -175,14 +185,15 @@ class DirectorCheck:
         for arm in self.arms:
             d = arm.difference
             out.append(f"  {arm.arm:<9} target share {arm.base_share:.3f} -> {arm.trained_share:.3f}: "
-                       f"{d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] over {d['n']} held-out prompts; "
+                       f"{d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] over {d['n']} "
+                       f"{'training runs' if arm.runs > 1 else 'held-out prompts'}; "
                        f"expected to {arm.expected}: {'pass' if arm.passed else 'FAIL'} ({arm.train_seconds:.0f} s)")
         return out
 
 
 
 
-def run_director_check(policy: GRPOPolicyConfig, roster: Roster, out: Path, *, samples_per_prompt: int = 8,
+def run_director_check(policy: DirectorConfig, roster: Roster, out: Path, *, samples_per_prompt: int = 8,
                        seed: int = 0, arms: tuple[str, ...] = ARMS, confidence: float = 0.95,
                        resamples: int = 2000) -> DirectorCheck:
     """Pick the target from the base Director's samples, train each arm under `out`, and measure it."""
@@ -194,24 +205,35 @@ def run_director_check(policy: GRPOPolicyConfig, roster: Roster, out: Path, *, s
     target = pick_target(base_shares, roster)
     check = DirectorCheck(target, base_shares, settings={
         "steps": policy.max_steps, "learning_rate": policy.learning_rate, "batch_size": policy.batch_size,
-        "num_generations": policy.num_generations, "beta": policy.beta, "samples_per_prompt": samples_per_prompt,
+        "num_generations": policy.num_generations, "beta": policy.beta, "temperature": policy.temperature,
+        "credit": policy.credit, "samples_per_prompt": samples_per_prompt,
         "training_prompts": len(world.training), "held_out_prompts": len(world.held_out), "seed": seed})
     base = sample_speakers(policy, None, world, world.held_out, samples_per_prompt, seed)
+    before = [_share(base[p.id], target) for p in world.held_out]
     prompts = [{"prompt": p.messages, "prompt_id": p.id} for p in world.training]
     for arm in arms:
-        reward = PlantedReward(roster, target, sign=-1.0 if arm == "flipped" else 1.0,
-                               shuffle_seed=seed if arm == "shuffled" else None)
-        started = time.perf_counter()
-        adapter = train_grpo_policy(policy, prompts, [reward], [1.0], out / arm / "adapter", out / arm / "checkpoints",
-                                    name=f"known-optimum-director-{arm}")
-        seconds = time.perf_counter() - started
-        assert adapter is not None  # one process: this one writes the adapter
-        trained = sample_speakers(policy, adapter.path, world, world.held_out, samples_per_prompt, seed)
-        before = [_share(base[p.id], target) for p in world.held_out]
-        after = [_share(trained[p.id], target) for p in world.held_out]
-        check.arms.append(ArmResult(arm, EXPECTED[arm], sum(before) / len(before), sum(after) / len(after),
-                                    paired_difference(before, after, confidence, resamples, seed), seconds))
+        runs, seconds, after = SHUFFLED_RUNS if arm == "shuffled" else 1, 0.0, []
+        for run in range(runs):
+            folder = out / arm / f"run{run}"
+            reward = PlantedReward(roster, target, sign=-1.0 if arm == "flipped" else 1.0,
+                                   shuffle_seed=seed + run if arm == "shuffled" else None)
+            started = time.perf_counter()
+            adapter = train_grpo_policy(policy.model_copy(update={"seed": policy.seed + run}), prompts, [reward],
+                                        [1.0], folder / "adapter", folder / "checkpoints",
+                                        name=f"known-optimum-director-{arm}", credit_until=credit_until(policy))
+            seconds += time.perf_counter() - started
+            assert adapter is not None  # one process: this one writes the adapter
+            trained = sample_speakers(policy, adapter.path, world, world.held_out, samples_per_prompt, seed)
+            after.append([_share(trained[p.id], target) for p in world.held_out])
+        difference = (paired_difference(before, after[0], confidence, resamples, seed) if runs == 1 else
+                      mean_over_runs([_mean(shares) - _mean(before) for shares in after], confidence))
+        check.arms.append(ArmResult(arm, EXPECTED[arm], _mean(before), _mean([_mean(shares) for shares in after]),
+                                    difference, seconds, runs))
     return check
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
 
 
 def _share(named: list[str | None], target: str) -> float:

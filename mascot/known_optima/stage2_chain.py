@@ -206,7 +206,8 @@ def run_chain_check(profile: RunConfig, director: DirectorConfig, out: Path, *, 
     episodes = generate_shard(setting, [c.id for c in contexts_list], out / "episodes.parquet")
     evaluation = DirectorEvalConfig(samples_per_prompt=samples_per_prompt, rollouts=1)
     check = ChainCheck(settings={"steps": director.max_steps, "learning_rate": director.learning_rate,
-                                 "batch_size": director.batch_size, "beta": director.beta,
+                                 "batch_size": director.batch_size, "num_generations": director.num_generations,
+                                 "beta": director.beta, "temperature": director.temperature, "credit": director.credit,
                                  "training_contexts": len(contexts_list) - len(held_out),
                                  "held_out_contexts": len(held_out), "branches": EPISODES.branches,
                                  "samples_per_prompt": samples_per_prompt, "seed": seed})

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -40,7 +41,7 @@ from typing import Any
 from mascot.artifacts import Artifact
 from mascot.config import BackendConfig, DirectorConfig, DirectorDPOConfig, EpisodeConfig, TrainConfig
 from mascot.data.contexts import held_out_ids
-from mascot.dialogue.directives import director_messages, read_reply
+from mascot.dialogue.directives import CHOICE, director_messages, read_reply
 from mascot.dialogue.episodes import Episode
 from mascot.dialogue.turns import Turn
 from mascot.llm import run_requests, shared_cache
@@ -167,6 +168,11 @@ class TrajectoryReward:
         return [term("group_rm"), term("format")]
 
 
+def credit_until(config: DirectorConfig) -> re.Pattern[str] | None:
+    """Where GRPO's loss stops reading a directive under `config.credit`: after its choice, or nowhere (None)."""
+    return CHOICE if config.credit == "choice" else None
+
+
 def split_states(episodes: Artifact, contexts: Artifact) -> tuple[list[StoredState], list[StoredState]]:
     """(training states, held-out states): a state is held out when its context is."""
     held_out = held_out_ids(contexts)
@@ -198,7 +204,7 @@ def train_director(config: DirectorConfig, setting: Setting, episodes: Artifact,
     weights = [config.reward_weights.group_rm, config.reward_weights.format]
     try:
         return train_grpo_policy(config, prompts, reward.functions, weights, out, checkpoints, name="director",
-                                 snapshots=snapshots,
+                                 snapshots=snapshots, credit_until=credit_until(config),
                                  details={"mode": mode, "trajectory_blocks": setting.episodes.trajectory_blocks,
                                           "held_out_states": sorted(s.id for s in held_out)})
     finally:

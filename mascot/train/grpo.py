@@ -14,8 +14,10 @@ tokenizer: `PeftModel.from_pretrained(base, folder)` loads it, and vLLM serves i
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -74,20 +76,24 @@ def release_policy(adapter: Path) -> None:
 
 def train_grpo_policy(config: GRPOPolicyConfig, prompts: list[dict[str, Any]], rewards: Sequence[RewardFunction],
                       weights: Sequence[float], out: Path, checkpoints: Path, *, name: str,
-                      details: dict[str, Any] | None = None,
-                      snapshots: PolicySnapshots | None = None) -> Artifact | None:
+                      details: dict[str, Any] | None = None, snapshots: PolicySnapshots | None = None,
+                      credit_until: re.Pattern[str] | None = None) -> Artifact | None:
     """GRPO on `prompts` (TRL's conversational prompt-only records), resuming from `checkpoints`.
 
     Writes the adapter and metrics.json (trainable parameters, steps, the per-step log) to `out`, and returns
     it; in the later processes of an `accelerate launch` (`mascot.train.launch`) it returns None.
     `details` joins the metrics' `training` entry. `checkpoints` must be a folder of these inputs
     only (`mascot.train.runtime.checkpoint_dir`), so that a retry resumes and a change starts afresh.
-    `snapshots`, when given, follow the trainer's policy for the reward functions.
+    `snapshots`, when given, follow the trainer's policy for the reward functions. `credit_until`, when given,
+    puts the loss on each completion's tokens up to the end of its first match only
+    (`mascot.train.choice_credit`).
     """
     require_torch()
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
+
+    from mascot.train.choice_credit import choice_credit_trainer
 
     if len(rewards) != len(weights):
         raise ValueError(f"{len(rewards)} reward functions but {len(weights)} weights")
@@ -96,7 +102,7 @@ def train_grpo_policy(config: GRPOPolicyConfig, prompts: list[dict[str, Any]], r
     args = grpo_args(config, checkpoints, weights)
     with quiet_transformers():
         tokenizer = AutoTokenizer.from_pretrained(config.model)
-        trainer = GRPOTrainer(
+        trainer = (GRPOTrainer if credit_until is None else partial(choice_credit_trainer(), choice=credit_until))(
             model=config.model, args=args, train_dataset=Dataset.from_list(prompts), reward_funcs=list(rewards),
             processing_class=tokenizer, peft_config=peft_lora_config(config.lora), callbacks=wandb_callbacks(name),
         )

@@ -10,6 +10,7 @@ from mascot.stats import (
     crossed_clustered_mean,
     describe,
     histogram,
+    mean_over_runs,
     paired_difference,
     proportion,
 )
@@ -109,3 +110,12 @@ def test_the_crossed_bootstrap_skips_a_resample_that_keeps_no_item_and_checks_it
 def test_a_histogram_of_values_equal_but_for_float_noise():
     """The reward model's margin histogram: 0.4 - 0.1 and 0.7 - 0.4 are 0.3 but for their last bits."""
     assert sum(histogram([0.4 - 0.1, 0.7 - 0.4])["counts"]) == 2
+
+
+def test_the_mean_over_runs_has_students_t_interval_and_none_from_one_run():
+    result = mean_over_runs([0.006, 0.031, -0.013])
+    # mean 0.008, sd 0.02207; t(0.975, 2) = 4.3027: half-width 4.3027 * 0.02207 / sqrt(3) = 0.0548
+    assert result["mean"] == pytest.approx(0.008) and result["sd"] == pytest.approx(0.02207, abs=1e-5)
+    assert (result["ci_low"], result["ci_high"]) == pytest.approx((0.008 - 0.0548, 0.008 + 0.0548), abs=1e-4)
+    one = mean_over_runs([0.02])
+    assert one["mean"] == 0.02 and one["ci_low"] is None and one["ci_high"] is None  # no spread, no interval
