@@ -50,13 +50,13 @@ def test_director_grpo_moves_towards_a_planted_optimum_and_its_controls_do_not(t
 # rewarded directly for naming the fitting persona, after 1,920 completions, the Director names it in 0.38 of its
 # valid held-out directives where it began at 0.34; trained by supervision on the same prompts, in 0.65 of them.
 # GRPO spreads the advantage over the whole directive, whose sampled instruction drowns the one token of the choice:
-# with the loss on the choice's tokens alone, the direct learner reached 0.44 (benchmarks/director_credit.py). With that
-# loss and a temperature of 0.7 the three arms pass at 60 steps of 64 at seed 0 (benchmarks/learning.py --check chain
-# --choice-tokens 11 --temperature 0.7 ..., 964 s; at seed 1 the flipped arm's interval reached above 0), neither the
-# profile's recipe nor a CI budget.
+# with the loss on the choice's tokens alone, the direct learner reached 0.44 (benchmarks/director_credit.py). That loss
+# and a temperature of 0.7 are now the profile's (train.director.credit: choice); at 60 steps of 64, sixteen times
+# this test's completions, the planted judge raised the fitting share and the flipped one lowered it in three runs of
+# three, with all three arms' intervals clear in one of them (docs/stage2.md).
 # strict: once the tiny world lets it pass, the mark must go.
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 33: the tiny Director's planted and flipped "
-                   "arms do not move (docs/stage2.md, known-optimum check 2)")
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 33: at this budget the tiny Director's move "
+                   "is within its interval (docs/stage2.md, known-optimum check 2)")
 def test_stage2_learns_which_persona_fits_a_cue_from_a_planted_group_judge_and_its_controls_do_not(
         tiny_models, tiny_config, tmp_path):
     """Check 2: episodes, the planted group judge, pairs, the group RM and the GRPO Director, as Stage 2 runs them.
