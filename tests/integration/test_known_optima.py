@@ -26,7 +26,7 @@ from mascot.train.tiny import resolve_tiny_models
 
 pytestmark = pytest.mark.integration
 
-DIRECTOR_STEPS, DIRECTOR_SAMPLES = 30, 16
+DIRECTOR_STEPS, DIRECTOR_SAMPLES = 15, 16
 CHAIN_STEPS, CHAIN_SAMPLES = 30, 8
 SPEAKER_STEPS, SPEAKER_SAMPLES, RM_EPOCHS = 20, 8, 2
 
