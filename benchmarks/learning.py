@@ -160,22 +160,24 @@ def run_builds(profile_path: Path, builds: int) -> int:
     print("the Speaker's and the Director's gains " + ("have their intervals above 0 in every build" if survived
                                                         else "do NOT have their intervals above 0 in every build"))
     print(f"\nthe links of the chain per build (95% interval; flat: it reaches chance)\n{'build':<6} "
-          + " ".join(f"{name:<28}" for name in LINKS))
+          + " ".join(f"{name:<32}" for name in LINKS))
     for seed, _, _ in rows:
         links = chain_links(profile.run.output_dir / f"{profile.run.name}-build{seed}")
-        print(f"{seed:<6} " + " ".join(f"{links[name]:<28}" for name in LINKS))
+        print(f"{seed:<6} " + " ".join(f"{links[name]:<32}" for name in LINKS))
     return 0 if survived else 1
 
 
-LINKS = ("persona RM pairs", "persona swap", "group RM pairs", "directive spread (sd)", "valid: base -> trained")
+LINKS = ("persona RM pairs", "persona swap", "judge: first speaker", "group RM pairs", "directive spread (sd)",
+         "valid: base -> trained")
 
 
 def chain_links(run_dir: Path) -> dict[str, str]:
     """Where a build's learning can go flat, read from its run directory: each reward model's held-out pair
-    accuracy, the persona reward model's persona swap (does it read the persona at all?), the spread of the group
-    reward model's score between a state's distinct valid directives (is there a choice to learn?), and how many of
-    the Directors' first directives were valid. An accuracy is flat where its interval reaches 0.5, the spread
-    where its interval reaches 0."""
+    accuracy, the persona reward model's persona swap (does it read the persona at all?), the first speaker the group
+    judge favours most (does the judge reward a choice?), the spread of the group reward model's score between a
+    state's distinct valid directives (does the reward model?), and how many of the Directors' first directives were
+    valid. An accuracy is flat where its interval reaches 0.5, the spread where its interval reaches 0, the judge's
+    first speakers where every one's interval holds 0."""
     def read(*parts: str) -> dict:
         return json.loads(run_dir.joinpath(*parts).read_text())
 
@@ -184,9 +186,21 @@ def chain_links(run_dir: Path) -> dict[str, str]:
     validity = director["validity"]
     return {"persona RM pairs": _accuracy(persona_rm["held_out"]["accuracy"]),
             "persona swap": _accuracy(persona_rm["held_out"]["persona_swap"]["accuracy"]),
+            "judge: first speaker": _first_choice(read("stage2", "summary.json").get("first_speakers")),
             "group RM pairs": _accuracy(group_rm["held_out"]["accuracy"]),
             "directive spread (sd)": _spread(director["signal"]),
             "valid: base -> trained": f"{validity['base']['value']:.1%} -> {validity['director']['value']:.1%}"}
+
+
+def _first_choice(first_speakers: dict | None) -> str:
+    """The persona the group judge scores highest as first speaker (the report's `first_speakers`), with its interval."""
+    if not first_speakers:
+        return "not in this run's report"
+    best, figure = max(first_speakers.items(), key=lambda item: item[1]["value"])
+    if figure["ci_low"] is None:
+        return f"{best} {figure['value']:+.3f} [no interval]"
+    flat = " flat" if all(f["ci_low"] is None or f["ci_low"] <= 0 <= f["ci_high"] for f in first_speakers.values()) else ""
+    return f"{best} {figure['value']:+.3f} [{figure['ci_low']:+.3f}, {figure['ci_high']:+.3f}]{flat}"
 
 
 def _spread(signal: dict) -> str:

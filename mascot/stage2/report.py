@@ -62,6 +62,23 @@ def directive_counts(episodes: pl.DataFrame, clusters: Mapping[str, str]) -> dic
             "speakers": dict(sorted(turns.group_by("speaker").len().iter_rows()))}
 
 
+def first_speaker_scores(episodes: pl.DataFrame, judgments: pl.DataFrame,
+                         clusters: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """The judges' overall score of each trajectory less its state's mean, by the persona who spoke first in it,
+    with a bootstrap interval over the contexts' clusters: what the Director's first choice is worth to the judge
+    itself. Where every persona's interval holds 0, no reward model trained on these judgments can teach a Director
+    whom to name first; where one stands out, the group reward model is the next link to read."""
+    first = (episodes.filter(pl.col("branch").is_not_null(), pl.col("role") == "companion")
+             .group_by("state_id", "branch")
+             .agg(pl.col("speaker").sort_by("turn_idx").first(), pl.col("context_id").first()))
+    overall = (judgments.filter(pl.col("ok")).group_by("query_id", "candidate_idx").agg(pl.col("overall").mean())
+               .rename({"query_id": "state_id", "candidate_idx": "branch"}))
+    rows = first.join(overall, on=["state_id", "branch"]).with_columns(
+        relative=pl.col("overall") - pl.col("overall").mean().over("state_id"))
+    return {speaker: clustered_mean(group["relative"].to_list(), [clusters[c] for c in group["context_id"]])
+            for (speaker,), group in sorted(rows.group_by("speaker"), key=lambda item: item[0])}
+
+
 def stage2_summary(rubric: Rubric, episodes: pl.DataFrame, judgments: pl.DataFrame, pairs: pl.DataFrame,
                    cache: dict[str, float], clusters: Mapping[str, str]) -> dict[str, Any]:
     criteria = rubric.criterion_ids
@@ -77,6 +94,7 @@ def stage2_summary(rubric: Rubric, episodes: pl.DataFrame, judgments: pl.DataFra
         "judge_failures": {"rate": failures.height / judgments.height if judgments.height else 0.0,
                            "examples": failures["error"].head(3).to_list()},
         "scores": {column: score_distribution(ok[column]) for column in [*criteria, "overall"]},
+        "first_speakers": first_speaker_scores(episodes, judgments, clusters),
         "pairs": pairs_summary(pairs, n_states),
         "request_cache": cache,
     }
@@ -122,6 +140,11 @@ def stage2_markdown(summary: dict[str, Any]) -> str:
               f"Request cache: {cache.get('hits', 0)} hits, {cache.get('misses', 0)} misses this run."),
               "", "| score | n | mean | sd |", "|---|---|---|---|"]
     lines += [f"| {name} | {d['n']} | {d['mean']:.2f} | {d['sd']:.2f} |" for name, d in summary["scores"].items() if d["n"]]
+    if summary.get("first_speakers"):
+        lines += ["", ("The first choice, as the judge scores it: each trajectory's overall score less its state's "
+                       "mean, by who spoke first in it (95% bootstrap interval over clusters): "
+                       + ", ".join(f"{speaker} {signed_interval(d)}" for speaker, d in summary["first_speakers"].items())
+                       + ". Where every interval holds 0, the judge gives the Director's first choice nothing to learn.")]
     lines += ["", (f"Trajectory pairs: {summary['pairs']['count']} from {summary['pairs']['queries_with_pairs']} of "
                   f"{summary['pairs']['n_queries']} states; directive pairs (both first directives written by the "
                   f"Director, and different): {counts['directive_pairs']}.")]
@@ -133,6 +156,12 @@ def stage2_markdown(summary: dict[str, Any]) -> str:
     if "director_eval" in summary:
         lines += ["", *director_eval_markdown(summary["director_eval"])]
     return "\n".join(lines) + "\n"
+
+
+def signed_interval(d: dict[str, Any]) -> str:
+    """'+0.127 [+0.050, +0.201] (n=156)' for a `clustered_mean` of differences."""
+    interval = "[no interval]" if d["ci_low"] is None else f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
+    return f"{d['value']:+.3f} {interval} (n={d['n']})"
 
 
 def director_markdown(metrics: dict[str, Any], method: str) -> list[str]:

@@ -10,7 +10,13 @@ from mascot.config import BeforeAfterConfig
 from mascot.rubrics import load_rubric
 from mascot.stage2.branching import EPISODE_SCHEMA
 from mascot.stage2.director_eval import director_metrics, reward_signal
-from mascot.stage2.report import director_eval_markdown, reward_signal_lines, stage2_markdown, stage2_summary
+from mascot.stage2.report import (
+    director_eval_markdown,
+    first_speaker_scores,
+    reward_signal_lines,
+    stage2_markdown,
+    stage2_summary,
+)
 from mascot.stage2.trajectories import MESSAGES
 
 RUBRIC = load_rubric(REPO / "configs" / "rubrics" / "group_emotional_support.yaml")
@@ -50,6 +56,29 @@ def test_directive_validity_and_fallbacks_are_counted_with_intervals_and_no_pair
     assert "Valid directives (no fallback): 91.7% [" in text and "(n=12 from 2 clusters)" in text
     assert "Fallbacks (a seeded random persona, after every attempt failed): 1 of 12" in text
     assert "Trajectory pairs: 0 from 0 of 4 states" in text
+    assert "by who spoke first in it (95% bootstrap interval over clusters): anchor +0.000 [no interval] (n=1)." in text
+
+
+def test_the_judges_worth_of_the_first_choice_is_each_trajectorys_score_less_its_states_mean_by_its_first_speaker():
+    # 3 contexts, 2 states each, 4 branches: the Beacon or the Anchor speaks first, then the Catalyst.
+    rows, scores = [], []
+    for context in range(3):
+        for state in (f"c{context}|t3", f"c{context}|t6"):
+            for branch in range(4):
+                first = "beacon" if branch % 2 else "anchor"
+                for turn, speaker in ((8, "catalyst"), (7, first)):  # the later turn listed first: order by turn
+                    rows.append({"episode_id": f"c{context}", "context_id": f"c{context}", "state_id": state,
+                                 "branch": branch, "turn_idx": turn, "role": "companion", "speaker": speaker})
+                # The judge favours the Beacon first by 1 point at every state, on top of the state's own level.
+                scores.append({"query_id": state, "candidate_idx": branch, "ok": True,
+                               "overall": context + (3.0 if first == "beacon" else 2.0)})
+            scores.append({"query_id": state, "candidate_idx": 0, "ok": False, "overall": None})  # a failure: unread
+    first = first_speaker_scores(pl.DataFrame(rows, schema_overrides={"branch": pl.Int64}), pl.DataFrame(scores),
+                                 {f"c{i}": f"c{i}" for i in range(3)})
+    assert list(first) == ["anchor", "beacon"]  # the Catalyst never speaks first
+    assert first["beacon"]["value"] == pytest.approx(0.5) and first["anchor"]["value"] == pytest.approx(-0.5)
+    assert first["beacon"]["n"] == 12 and first["beacon"]["clusters"] == 3
+    assert first["beacon"]["ci_low"] == pytest.approx(0.5) and first["anchor"]["ci_high"] == pytest.approx(-0.5)
 
 
 def test_the_director_before_after_gives_each_score_and_validity_its_n_and_an_interval_over_contexts():
