@@ -67,8 +67,6 @@ MIN_PAIR_ACCURACY, MIN_SWAP_ACCURACY = 0.9, 0.8
 # On 6-token replies, K=96 and 24 pairs per query it ranks 94-97% of them (docs/stage1.md). Sampling them is cheap
 # (seconds), and the cap keeps the pairs, and so the reward model's training, as few as K=8 gave.
 REPLY_TOKENS, WORLD_K, PAIRS_PER_QUERY = 6, 96, 24
-# The profile's 1e-4 is a step for a warm-started reward model on many pairs; 1e-3 is check 2's, for a few thousand.
-CHECK_RM_SETTINGS = {"learning_rate": 1e-3}
 # The profile's Speaker settings but for these, as check 1 sets the Director's: a larger step than the profile's
 # 5e-4, and a firmer KL anchor than its 0.04, which keeps the shuffled control in place. A persona's words are a
 # choice conditioned on the prompt, which LoRA on the attention alone learned too slowly (docs/stage1.md): LoRA on
@@ -326,8 +324,8 @@ def _table(table: dict[str, dict[str, float]]) -> str:
 
 def check_reward_model(persona_rm: RewardModelConfig, model: str | Path, **overrides: Any) -> RewardModelConfig:
     """A profile's persona reward model settings (`train.persona_rm`) on `model` (a resolved folder), with
-    `CHECK_RM_SETTINGS` and `overrides` (fewer epochs for a test, say); no checkpoint is kept."""
-    return persona_rm.model_copy(update={"model": str(model), "save_steps": 10_000, **CHECK_RM_SETTINGS, **overrides})
+    `overrides` (fewer epochs for a test, say); no checkpoint is kept."""
+    return persona_rm.model_copy(update={"model": str(model), "save_steps": 10_000, **overrides})
 
 
 def check_speaker(speaker: GRPOPolicyConfig, model: str | Path, steps: int, seed: int = 0) -> GRPOPolicyConfig:
