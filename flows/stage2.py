@@ -116,7 +116,7 @@ def stage2(config_path: str, run_name: str | None = None, director_method: Direc
                                               run.path("stage2", f"{name}_eval-scored.parquet"))
             artifacts[f"stage2/{name}_eval"] = steps.compare_directors(train.director_eval, config.run.seed, scored,
                                                                        contexts, run.path("stage2", f"{name}_eval"))
-            artifacts |= report_stage2(config.run.name, panel.rubric, director_method, artifacts, contexts,
+            artifacts |= report_stage2(config.run.name, panel.rubric, stage.aggregation, director_method, artifacts, contexts,
                                        config.cache.requests, run.path("stage2", "report"))
             run.record(artifacts)
     return artifacts

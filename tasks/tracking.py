@@ -13,6 +13,7 @@ from prefect import task
 from prefect.artifacts import create_image_artifact, create_markdown_artifact, create_table_artifact
 
 from mascot.artifacts import Artifact
+from mascot.judges.panel import Aggregation
 from mascot.llm import shared_cache
 from mascot.rubrics import Rubric
 from mascot.stage1 import report
@@ -50,10 +51,10 @@ def report_stage1(run_name: str, rubric: Rubric, artifacts: dict[str, Artifact],
 
 
 @task(**CACHED, **REPORTED)
-def report_stage2(run_name: str, rubric: Rubric, method: str, artifacts: dict[str, Artifact], contexts: Artifact,
+def report_stage2(run_name: str, rubric: Rubric, aggregation: Aggregation, method: str, artifacts: dict[str, Artifact], contexts: Artifact,
                   requests: Path, out: Path) -> dict[str, Artifact]:
     stats = shared_cache(requests).stats().as_dict()
-    summary, written = stage2_report.write_report(rubric, method, artifacts, contexts, stats, keyed(out))
+    summary, written = stage2_report.write_report(rubric, aggregation, method, artifacts, contexts, stats, keyed(out))
     key = f"{run_name}-stage2".lower().replace("_", "-").replace(".", "-")
     if "group_rm" in summary:
         held_out = summary["group_rm"]["held_out"]

@@ -17,6 +17,7 @@ import polars as pl
 
 from mascot.artifacts import Artifact, write_json, write_text
 from mascot.data.contexts import context_clusters
+from mascot.judges.panel import Aggregation, aggregate_scores
 from mascot.rubrics import Rubric
 from mascot.stage1.pairs import pairs_summary
 from mascot.stage1.report import clustered_interval, reward_model_markdown, score_distribution
@@ -33,10 +34,10 @@ def training_metrics(method: str) -> dict[str, str]:
     return {"group_rm": "stage2/group_rm", "director": f"stage2/{name}", "director_eval": f"stage2/{name}_eval"}
 
 
-def write_report(rubric: Rubric, method: str, artifacts: dict[str, Artifact], contexts: Artifact,
-                 cache: dict[str, float], out: Path) -> tuple[dict[str, Any], dict[str, Artifact]]:
+def write_report(rubric: Rubric, aggregation: Aggregation, method: str, artifacts: dict[str, Artifact],
+                 contexts: Artifact, cache: dict[str, float], out: Path) -> tuple[dict[str, Any], dict[str, Artifact]]:
     frames = {name: artifacts[f"stage2/{name}"].read_parquet() for name in ("episodes", "judgments", "pairs")}
-    summary = stage2_summary(rubric, frames["episodes"], frames["judgments"], frames["pairs"], cache,
+    summary = stage2_summary(rubric, aggregation, frames["episodes"], frames["judgments"], frames["pairs"], cache,
                              context_clusters(contexts))
     summary["director_method"] = method
     for key, name in training_metrics(method).items():
@@ -62,24 +63,23 @@ def directive_counts(episodes: pl.DataFrame, clusters: Mapping[str, str]) -> dic
             "speakers": dict(sorted(turns.group_by("speaker").len().iter_rows()))}
 
 
-def first_speaker_scores(episodes: pl.DataFrame, judgments: pl.DataFrame,
+def first_speaker_scores(episodes: pl.DataFrame, judgments: pl.DataFrame, aggregation: Aggregation,
                          clusters: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    """The judges' overall score of each trajectory less its state's mean, by the persona who spoke first in it,
+    """The panel's overall score of each trajectory (`aggregate_scores`, as the pairs read it) less its state's mean, by the persona who spoke first in it,
     with a bootstrap interval over the contexts' clusters: what the Director's first choice is worth to the judge
     itself. Where every persona's interval holds 0, no reward model trained on these judgments can teach a Director
     whom to name first; where one stands out, the group reward model is the next link to read."""
     first = (episodes.filter(pl.col("branch").is_not_null(), pl.col("role") == "companion")
              .group_by("state_id", "branch")
              .agg(pl.col("speaker").sort_by("turn_idx").first(), pl.col("context_id").first()))
-    overall = (judgments.filter(pl.col("ok")).group_by("query_id", "candidate_idx").agg(pl.col("overall").mean())
-               .rename({"query_id": "state_id", "candidate_idx": "branch"}))
+    overall = aggregate_scores(judgments, aggregation).rename({"query_id": "state_id", "candidate_idx": "branch"})
     rows = first.join(overall, on=["state_id", "branch"]).with_columns(
         relative=pl.col("overall") - pl.col("overall").mean().over("state_id"))
     return {speaker: clustered_mean(group["relative"].to_list(), [clusters[c] for c in group["context_id"]])
             for (speaker,), group in sorted(rows.group_by("speaker"), key=lambda item: item[0])}
 
 
-def stage2_summary(rubric: Rubric, episodes: pl.DataFrame, judgments: pl.DataFrame, pairs: pl.DataFrame,
+def stage2_summary(rubric: Rubric, aggregation: Aggregation, episodes: pl.DataFrame, judgments: pl.DataFrame, pairs: pl.DataFrame,
                    cache: dict[str, float], clusters: Mapping[str, str]) -> dict[str, Any]:
     criteria = rubric.criterion_ids
     ok, failures = judgments.filter(pl.col("ok")), judgments.filter(~pl.col("ok"))
@@ -94,7 +94,7 @@ def stage2_summary(rubric: Rubric, episodes: pl.DataFrame, judgments: pl.DataFra
         "judge_failures": {"rate": failures.height / judgments.height if judgments.height else 0.0,
                            "examples": failures["error"].head(3).to_list()},
         "scores": {column: score_distribution(ok[column]) for column in [*criteria, "overall"]},
-        "first_speakers": first_speaker_scores(episodes, judgments, clusters),
+        "first_speakers": first_speaker_scores(episodes, judgments, aggregation, clusters),
         "pairs": pairs_summary(pairs, n_states),
         "request_cache": cache,
     }
@@ -143,7 +143,8 @@ def stage2_markdown(summary: dict[str, Any]) -> str:
     if summary.get("first_speakers"):
         lines += ["", ("The first choice, as the judge scores it: each trajectory's overall score less its state's "
                        "mean, by who spoke first in it (95% bootstrap interval over clusters): "
-                       + ", ".join(f"{speaker} {signed_interval(d)}" for speaker, d in summary["first_speakers"].items())
+                       + ", ".join(f"{speaker} {signed_interval(d)} (n={d['n']})"
+                                   for speaker, d in summary["first_speakers"].items())
                        + ". Where every interval holds 0, the judge gives the Director's first choice nothing to learn.")]
     lines += ["", (f"Trajectory pairs: {summary['pairs']['count']} from {summary['pairs']['queries_with_pairs']} of "
                   f"{summary['pairs']['n_queries']} states; directive pairs (both first directives written by the "
@@ -159,9 +160,9 @@ def stage2_markdown(summary: dict[str, Any]) -> str:
 
 
 def signed_interval(d: dict[str, Any]) -> str:
-    """'+0.127 [+0.050, +0.201] (n=156)' for a `clustered_mean` of differences."""
+    """'+0.127 [+0.050, +0.201]' for a `clustered_mean` of differences ('[no interval]' from one cluster)."""
     interval = "[no interval]" if d["ci_low"] is None else f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
-    return f"{d['value']:+.3f} {interval} (n={d['n']})"
+    return f"{d['value']:+.3f} {interval}"
 
 
 def director_markdown(metrics: dict[str, Any], method: str) -> list[str]:
@@ -199,10 +200,8 @@ def director_eval_markdown(metrics: dict[str, Any]) -> list[str]:
         if not by_context["n"]:
             lines.append(f"| {name} | 0 | 0 | n/a | n/a | n/a |")
             continue
-        interval = ("[no interval]" if by_context["ci_low"] is None
-                    else f"[{by_context['ci_low']:+.3f}, {by_context['ci_high']:+.3f}]")
         lines.append(f"| {name} | {by_context['n']} | {by_context['clusters']} | {base['mean']:.3f} ± {base['sd']:.3f} "
-                     f"| {trained['mean']:.3f} ± {trained['sd']:.3f} | {by_context['value']:+.3f} {interval} |")
+                     f"| {trained['mean']:.3f} ± {trained['sd']:.3f} | {signed_interval(by_context)} |")
     validity, fallbacks = metrics["validity"], metrics["fallbacks"]
     lines += ["", ("Differences are trained - base, averaged per state; intervals are percentile bootstraps that "
                    "resample the held-out contexts' clusters, the unit of independence (a context's states share its "

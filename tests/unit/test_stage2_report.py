@@ -46,7 +46,7 @@ def test_directive_validity_and_fallbacks_are_counted_with_intervals_and_no_pair
                                  "chosen_fallback": pl.Boolean, "rejected_fallback": pl.Boolean})
     # Four contexts, two windows of each of two meetings: the intervals resample the meetings.
     clusters = {"e0": "m0", "e1": "m0", "e2": "m1", "e3": "m1"}
-    summary = stage2_summary(RUBRIC, episodes(), judgments, pairs, {"hits": 0, "misses": 12}, clusters)
+    summary = stage2_summary(RUBRIC, "mean", episodes(), judgments, pairs, {"hits": 0, "misses": 12}, clusters)
     directives = summary["directives"]
     assert directives["turns"] == 12 and directives["fallbacks"] == 1 and directives["attempts"] == {"1": 11, "3": 1}
     assert directives["valid"]["value"] == 11 / 12 and directives["valid"]["clusters"] == 2
@@ -70,15 +70,18 @@ def test_the_judges_worth_of_the_first_choice_is_each_trajectorys_score_less_its
                     rows.append({"episode_id": f"c{context}", "context_id": f"c{context}", "state_id": state,
                                  "branch": branch, "turn_idx": turn, "role": "companion", "speaker": speaker})
                 # The judge favours the Beacon first by 1 point at every state, on top of the state's own level.
-                scores.append({"query_id": state, "candidate_idx": branch, "ok": True,
-                               "overall": context + (3.0 if first == "beacon" else 2.0)})
-            scores.append({"query_id": state, "candidate_idx": 0, "ok": False, "overall": None})  # a failure: unread
+                # A panel of two judges; the second failed on branch 0, which the panel, as the pairs, leaves out.
+                for judge in ("h", "g"):
+                    ok = judge == "h" or branch != 0
+                    scores.append({"query_id": state, "candidate_idx": branch, "judge": judge, "ok": ok,
+                                   "overall": context + (3.0 if first == "beacon" else 2.0) if ok else None})
     first = first_speaker_scores(pl.DataFrame(rows, schema_overrides={"branch": pl.Int64}), pl.DataFrame(scores),
-                                 {f"c{i}": f"c{i}" for i in range(3)})
+                                 "mean", {f"c{i}": f"c{i}" for i in range(3)})
     assert list(first) == ["anchor", "beacon"]  # the Catalyst never speaks first
-    assert first["beacon"]["value"] == pytest.approx(0.5) and first["anchor"]["value"] == pytest.approx(-0.5)
-    assert first["beacon"]["n"] == 12 and first["beacon"]["clusters"] == 3
-    assert first["beacon"]["ci_low"] == pytest.approx(0.5) and first["anchor"]["ci_high"] == pytest.approx(-0.5)
+    # Each state keeps one Anchor-first branch and two Beacon-first ones: its mean is a third of a point above 2.
+    assert first["beacon"]["value"] == pytest.approx(1 / 3) and first["anchor"]["value"] == pytest.approx(-2 / 3)
+    assert first["beacon"]["n"] == 12 and first["anchor"]["n"] == 6 and first["beacon"]["clusters"] == 3
+    assert first["beacon"]["ci_low"] == pytest.approx(1 / 3) and first["anchor"]["ci_high"] == pytest.approx(-2 / 3)
 
 
 def test_the_director_before_after_gives_each_score_and_validity_its_n_and_an_interval_over_contexts():
